@@ -1,0 +1,181 @@
+"""The embedded broker: a pulsar-lite process on a free loopback port.
+
+Used by ``magnetar standalone``, ``localrun`` without ``--broker-url`` and the tests.
+pulsar-lite serves Prometheus metrics on 0.0.0.0:8080 unless told otherwise, which
+collides with the worker's HTTP port and with other brokers, so it is always started
+with a config file that turns metrics off.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from magnetar.exceptions import MagnetarError
+
+__all__ = ["BrokerError", "EmbeddedBroker", "find_free_port"]
+
+_CONFIG = "[metrics]\nenabled = false\n"
+
+
+class BrokerError(MagnetarError):
+    """The embedded broker could not be started or stopped."""
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _find_binary() -> str:
+    try:
+        from pulsar_lite.binary_finder import find_pulsar_lite_binary
+    except ImportError as error:
+        raise BrokerError(
+            "pulsar-lite is not installed; run `make install` (or `pip install pulsar-lite`)"
+        ) from error
+    try:
+        return str(find_pulsar_lite_binary())
+    except FileNotFoundError as error:
+        raise BrokerError(f"the pulsar-lite binary is missing: {error}") from error
+
+
+class EmbeddedBroker:
+    """A pulsar-lite broker process with a data directory, usable as a context manager.
+
+    ``port=None`` picks a free loopback port. The broker's own log goes to
+    ``<data_dir>/broker.log``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 15.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def service_url(self) -> str:
+        """The ``pulsar://`` URL clients connect to."""
+        if self.port is None:
+            raise BrokerError("the broker has not been started")
+        return f"pulsar://{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    def start(self) -> EmbeddedBroker:
+        """Start the broker and wait until it accepts connections."""
+        binary = _find_binary()
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            config = self.data_dir / "pulsar-lite.toml"
+            config.write_text(_CONFIG)
+        except OSError as error:
+            raise BrokerError(
+                f"cannot use {self.data_dir} as the broker's data directory: {error.strerror}"
+            ) from error
+        if self.port is None:
+            self.port = find_free_port(self.host)
+        elif not _port_is_free(self.host, self.port):
+            raise BrokerError(
+                f"port {self.port} on {self.host} is already in use; "
+                "choose another broker port or stop what is listening there"
+            )
+        log = self.log_path.open("ab")
+        try:
+            self._process = subprocess.Popen(
+                [
+                    binary,
+                    "--config",
+                    str(config),
+                    "--addr",
+                    f"{self.host}:{self.port}",
+                    "--db-path",
+                    str(self.data_dir / "db"),
+                    "--log-level",
+                    "warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,  # Ctrl-C reaches us, and we stop the broker last
+            )
+        finally:
+            log.close()
+        self._wait_until_ready()
+        return self
+
+    def _wait_until_ready(self) -> None:
+        assert self._process is not None and self.port is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise BrokerError(
+                    f"pulsar-lite exited with code {self._process.returncode} before accepting "
+                    f"connections; its log ({self.log_path}) ends with:\n{self._log_tail()}"
+                )
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.25):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise BrokerError(
+            f"pulsar-lite did not accept connections on {self.host}:{self.port} "
+            f"within {self.startup_timeout:.0f}s; see {self.log_path}"
+        )
+
+    def _log_tail(self, lines: int = 10) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the broker: SIGTERM, then SIGKILL if it does not exit within ``timeout``."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,294 @@
+"""FunctionConfig: a function's configuration, in Apache Pulsar's JSON field names.
+
+A config file or REST body written for Apache Pulsar Functions parses unchanged; fields
+Pulsar has but Magnetar does not use (resources, runtimeFlags, ...) are accepted and
+ignored, unknown fields are rejected so a typo does not pass silently.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from magnetar.instance.exceptions import InvalidFunctionConfigError
+from magnetar.topics import base_topic, full_topic_name
+
+__all__ = [
+    "ConsumerSpec",
+    "FunctionConfig",
+    "ProcessingGuarantees",
+    "SubscriptionPosition",
+    "SubscriptionType",
+]
+
+
+class ProcessingGuarantees(StrEnum):
+    ATLEAST_ONCE = "ATLEAST_ONCE"
+    ATMOST_ONCE = "ATMOST_ONCE"
+    EFFECTIVELY_ONCE = "EFFECTIVELY_ONCE"
+    MANUAL = "MANUAL"
+
+
+class SubscriptionPosition(StrEnum):
+    LATEST = "Latest"
+    EARLIEST = "Earliest"
+
+
+class SubscriptionType(StrEnum):
+    SHARED = "Shared"
+    FAILOVER = "Failover"
+    KEY_SHARED = "Key_Shared"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="forbid",
+        use_enum_values=False,
+    )
+
+
+class ConsumerSpec(_Model):
+    """Per-input settings (Pulsar's ``inputSpecs`` entry)."""
+
+    serde_class_name: str | None = None
+    """SerDe class for this input, ``module.ClassName``."""
+    is_regex: bool = False
+    """The key is a topic pattern rather than a topic."""
+    receiver_queue_size: int | None = Field(default=None, ge=1)
+    """Prefetch depth of this input's consumer."""
+    schema_type: str | None = None
+    """Accepted for compatibility; Magnetar reads payloads as bytes."""
+
+
+class FunctionConfig(_Model):
+    """A function's configuration. Field names are Apache Pulsar's FunctionConfig (camelCase in
+    JSON, snake_case in Python)."""
+
+    tenant: str = "public"
+    """Tenant of the function; part of its FQFN."""
+    namespace: str = "default"
+    """Namespace of the function; part of its FQFN."""
+    name: str | None = None
+    """Name of the function; defaults to the class or function name of the code."""
+    class_name: str | None = None
+    """``module.ClassName``, ``module.function`` or a name inside the ``py`` module."""
+    runtime: str = "PYTHON"
+    """Language runtime of the code."""
+    py: str | None = None
+    """Path of a ``.py`` file or a ``.zip`` holding the function's module."""
+    inputs: list[str] = Field(default_factory=list)
+    """Input topics, read with the default SerDe."""
+    topics_pattern: str | None = None
+    """A regular expression of input topics (``persistent://tenant/ns/prefix-.*``)."""
+    custom_serde_inputs: dict[str, str] = Field(default_factory=dict)
+    """Input topic -> SerDe class name."""
+    input_specs: dict[str, ConsumerSpec] = Field(default_factory=dict)
+    """Input topic (or pattern) -> per-input settings."""
+    output: str | None = None
+    """Topic the function's return values go to; none means results are dropped."""
+    output_serde_class_name: str | None = None
+    """SerDe class for the output; Pulsar's IdentitySerDe when unset."""
+    log_topic: str | None = None
+    """Topic the function's log records are published to."""
+    processing_guarantees: ProcessingGuarantees = ProcessingGuarantees.ATLEAST_ONCE
+    """When an input is acknowledged relative to its processing."""
+    user_config: dict[str, Any] = Field(default_factory=dict)
+    """Free-form settings the function reads through ``context.get_user_config_value``."""
+    secrets: dict[str, Any] = Field(default_factory=dict)
+    """Secret name -> provider-specific locator; values come from the secrets provider."""
+    parallelism: int = Field(default=1, ge=1)
+    """Number of instances."""
+    auto_ack: bool = True
+    """Acknowledge inputs automatically; false leaves acking to the function (MANUAL)."""
+    max_message_retries: int | None = Field(default=None, ge=0)
+    """Redeliveries of a failing message before it goes to the dead-letter topic."""
+    dead_letter_topic: str | None = None
+    """Where messages go once ``maxMessageRetries`` is exhausted."""
+    sub_name: str | None = None
+    """Subscription name; defaults to the FQFN."""
+    subscription_position: SubscriptionPosition = SubscriptionPosition.LATEST
+    """Where a new subscription starts."""
+    retain_ordering: bool = False
+    """Process messages in order (Failover subscription)."""
+    retain_key_ordering: bool = False
+    """Process messages of one key in order (Key_Shared subscription)."""
+    timeout_ms: int | None = Field(default=None, gt=0)
+    """Upper bound of one invocation of the function."""
+    forward_source_message_property: bool = True
+    """Copy the input message's properties onto the output message."""
+    cleanup_subscription: bool | None = None
+    """Accepted for compatibility (the worker removes subscriptions on delete)."""
+    # Accepted and ignored: meaningful to Pulsar's Java/Kubernetes runtimes only.
+    resources: dict[str, Any] | None = None
+    runtime_flags: str | None = None
+    max_pending_async_requests: int | None = None
+    expose_pulsar_admin_client_enabled: bool | None = None
+    skip_to_latest: bool | None = None
+    producer_config: dict[str, Any] | None = None
+    batch_builder: str | None = None
+    custom_runtime_options: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> FunctionConfig:
+        _validate(self)
+        return self
+
+    # --- derived views -------------------------------------------------------------------
+
+    @property
+    def fqfn(self) -> str:
+        """``tenant/namespace/name``."""
+        return f"{self.tenant}/{self.namespace}/{self.name}"
+
+    @property
+    def subscription_name(self) -> str:
+        return self.sub_name or self.fqfn
+
+    @property
+    def subscription_type(self) -> SubscriptionType:
+        if self.retain_key_ordering:
+            return SubscriptionType.KEY_SHARED
+        if self.retain_ordering or (
+            self.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        ):
+            return SubscriptionType.FAILOVER
+        return SubscriptionType.SHARED
+
+    def input_serdes(self) -> dict[str, str | None]:
+        """Every input topic (full name) -> its SerDe class name (None: the default)."""
+        topics: dict[str, str | None] = {full_topic_name(t): None for t in self.inputs}
+        for topic, serde in self.custom_serde_inputs.items():
+            topics[full_topic_name(topic)] = serde
+        for topic, spec in self.input_specs.items():
+            if not spec.is_regex:
+                topics[full_topic_name(topic)] = spec.serde_class_name
+        return topics
+
+    def input_patterns(self) -> list[str]:
+        patterns = [self.topics_pattern] if self.topics_pattern else []
+        patterns += [t for t, spec in self.input_specs.items() if spec.is_regex]
+        return patterns
+
+    def to_json(self) -> str:
+        """The config as Pulsar-style JSON (camelCase, unset fields left out)."""
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    # --- constructors --------------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> FunctionConfig:
+        """Validate a dict of Pulsar field names; errors become InvalidFunctionConfigError."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise InvalidFunctionConfigError(_describe(error)) from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FunctionConfig:
+        """Load a JSON or YAML function config file (``--function-config-file``)."""
+        return cls.parse(load_config_file(path))
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The raw mapping in a JSON or YAML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise InvalidFunctionConfigError(
+            f"cannot read function config file {path}: {error.strerror}"
+        ) from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as error:
+        raise InvalidFunctionConfigError(
+            f"function config file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: "
+            f"{error}"
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidFunctionConfigError(f"function config file {path} must hold a mapping")
+    return data
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "config"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown field"
+        problems.append(f"{field}: {message}" if item["loc"] else message)
+    return "invalid function config: " + "; ".join(problems)
+
+
+def _validate(config: FunctionConfig) -> None:
+    """Pulsar's FunctionConfig rules, with messages that say how to fix the config."""
+    guarantees = config.processing_guarantees
+    for field in ("tenant", "namespace", "name"):
+        value = getattr(config, field)
+        if value is not None and (not value or "/" in value):
+            raise ValueError(f"{field} {value!r} must be non-empty and contain no '/'")
+    try:
+        inputs = config.input_serdes()
+        output = base_topic(config.output) if config.output else None
+        for topic in (config.log_topic, config.dead_letter_topic):
+            if topic:
+                full_topic_name(topic)
+    except ValueError as error:
+        raise ValueError(str(error)) from None
+    patterns = config.input_patterns()
+    if not inputs and not patterns:
+        raise ValueError(
+            "no input topic: set inputs (--inputs), topicsPattern (--topics-pattern) "
+            "or customSerdeInputs"
+        )
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"topicsPattern {pattern!r} is not a valid regex: {error}") from None
+    if output is not None and output in {base_topic(t) for t in inputs}:
+        raise ValueError(
+            f"output topic {config.output!r} is also an input topic; a function may not "
+            "consume its own output"
+        )
+    if config.dead_letter_topic and config.max_message_retries is None:
+        raise ValueError(
+            "deadLetterTopic is set but maxMessageRetries is not: set maxMessageRetries "
+            "(--max-message-retries) so messages reach the dead-letter topic"
+        )
+    if config.dead_letter_topic and output and base_topic(config.dead_letter_topic) == output:
+        raise ValueError("deadLetterTopic must differ from the output topic")
+    if guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE and config.max_message_retries:
+        raise ValueError(
+            "maxMessageRetries cannot be used with EFFECTIVELY_ONCE: a retried message "
+            "would be processed out of order"
+        )
+    if guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE and config.retain_key_ordering:
+        raise ValueError(
+            "retainKeyOrdering cannot be used with EFFECTIVELY_ONCE, which already keeps "
+            "all messages in order (Failover subscription)"
+        )
+    if config.retain_ordering and config.retain_key_ordering:
+        raise ValueError("retainOrdering and retainKeyOrdering are mutually exclusive")
+    if guarantees is ProcessingGuarantees.ATMOST_ONCE and not config.auto_ack:
+        raise ValueError(
+            "autoAck=false cannot be used with ATMOST_ONCE, which acknowledges every "
+            "message on receipt; use MANUAL to acknowledge from the function"
+        )
+    if config.runtime.upper() != "PYTHON":
+        raise ValueError(f"runtime {config.runtime!r} is not supported (supported: PYTHON)")

@@ -1,0 +1,113 @@
+"""Acknowledging inputs only after their outputs are persisted, without a callback per message.
+
+A Python callback per sent message costs a GIL hand-off to the client's I/O thread for every
+message, which caps a Python producer far below what the client can do. A Pulsar producer
+completes its sends in order, and a failure (timeout, closed producer) fails every send still
+pending after it, so one callback on the *last* send of a chunk of inputs on each producer
+tells whether the whole chunk is persisted. Sends that can fail on their own (a message too
+large for the broker) get a callback of their own.
+
+``Chunk`` is the unit: the inputs to acknowledge and the number of callbacks still to come.
+``ChunkSender`` holds back each producer's latest send so it can be the one that carries the
+callback when the chunk is sealed. Callbacks only append to a deque; the instance's own
+thread acknowledges, so the hot path takes no locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulsar
+
+__all__ = ["Chunk", "ChunkSender", "Completion"]
+
+Completion = tuple["Chunk", Any]
+"""A chunk and the result of one of its send callbacks (``pulsar.Result``)."""
+
+
+@dataclass(eq=False)
+class Chunk:
+    """Inputs processed together whose acknowledgement waits on their sends."""
+
+    inputs: list[Any] = field(default_factory=list)
+    """(consumer, message) pairs to acknowledge when every send succeeded."""
+    pending: int = 0
+    """Send callbacks still to arrive."""
+    error: str = ""
+    """The first send failure, if any."""
+
+
+@dataclass
+class _HeldSend:
+    content: bytes
+    kwargs: dict[str, Any]
+    user_callback: Callable[[Any, Any], None] | None
+
+
+class ChunkSender:
+    """Sends messages for the current chunk; see the module docstring."""
+
+    def __init__(self, large_message_bytes: int) -> None:
+        self._large = large_message_bytes
+        self._held: dict[Any, _HeldSend] = {}
+        self.completions: deque[Completion] = deque()
+        self.completed = threading.Event()
+
+    def send(
+        self,
+        chunk: Chunk,
+        producer: Any,
+        content: bytes,
+        kwargs: dict[str, Any],
+        user_callback: Callable[[Any, Any], None] | None = None,
+    ) -> None:
+        """Send ``content`` on ``producer`` as part of ``chunk``."""
+        if len(content) >= self._large or user_callback is not None:
+            self._issue(chunk, producer, _HeldSend(content, kwargs, user_callback), True)
+            return
+        held = self._held.get(producer)
+        self._held[producer] = _HeldSend(content, kwargs, None)
+        if held is not None:
+            self._issue(chunk, producer, held, False)
+
+    def seal(self, chunk: Chunk) -> None:
+        """Send every held message of ``chunk`` with its callback. A chunk without sends
+        completes at once."""
+        held, self._held = self._held, {}
+        for producer, send in held.items():
+            self._issue(chunk, producer, send, True)
+        if chunk.pending == 0:
+            self.completions.append((chunk, pulsar.Result.Ok))
+
+    def _issue(self, chunk: Chunk, producer: Any, send: _HeldSend, tracked: bool) -> None:
+        callback = None
+        if tracked:
+            chunk.pending += 1
+            callback = self._callback(chunk, send.user_callback)
+        try:
+            producer.send_async(send.content, callback, **send.kwargs)
+        except Exception as error:  # e.g. producer closed: fail the chunk, never lose it
+            if callback is None:
+                chunk.pending += 1
+            chunk.error = chunk.error or f"send to {producer.topic()} failed: {error}"
+            self.completions.append((chunk, pulsar.Result.UnknownError))
+
+    def _callback(
+        self, chunk: Chunk, user_callback: Callable[[Any, Any], None] | None
+    ) -> Callable[[Any, Any], None]:
+        completions, completed = self.completions, self.completed
+
+        def on_sent(result: Any, message_id: Any) -> None:
+            completions.append((chunk, result))
+            completed.set()
+            if user_callback is not None:
+                try:
+                    user_callback(result, message_id)
+                except Exception:  # the client aborts the process on a raising callback
+                    pass
+
+        return on_sent

@@ -1,0 +1,23 @@
+"""Errors of the data plane (function instances and localrun)."""
+
+from magnetar.exceptions import MagnetarError
+
+
+class InstanceError(MagnetarError):
+    """Base class of the instance's errors."""
+
+
+class InvalidFunctionConfigError(InstanceError):
+    """A FunctionConfig that cannot run; the message names the field and why."""
+
+
+class FunctionLoadError(InstanceError):
+    """The function's code could not be loaded (missing file, syntax error, unknown class)."""
+
+
+class SerDeError(InstanceError):
+    """A message could not be (de)serialized, or a SerDe class could not be loaded."""
+
+
+class StateNotConfiguredError(InstanceError):
+    """A state method was called on an instance that has no state store."""

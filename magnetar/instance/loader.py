@@ -1,0 +1,202 @@
+"""Loading a Python function from ``--py`` (a .py file or a .zip) and ``--classname``.
+
+Accepted, as Apache Pulsar Functions accepts them: a class subclassing ``pulsar.Function``
+or any class with ``process(self, input, context)``; a plain ``process(input)`` function
+(or ``process(input, context)``). A zip holds the module at its root, under ``src/`` or under
+a single top-level folder (the layout ``pulsar-admin`` builds).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from magnetar.instance.exceptions import FunctionLoadError
+
+__all__ = ["LoadedFunction", "code_search_paths", "load_attribute", "load_function"]
+
+
+@dataclass(frozen=True)
+class LoadedFunction:
+    """The user's function, ready to call."""
+
+    process: Callable[..., Any]
+    """The callable invoked for every message."""
+    takes_context: bool
+    """Whether ``process`` is called as ``process(input, context)`` or ``process(input)``."""
+    name: str
+    """The class or function name (the default function name)."""
+    search_paths: list[Path]
+    """Where the function's modules live (also searched for SerDe classes)."""
+
+
+def code_search_paths(py: str | Path, work_dir: Path | None = None) -> list[Path]:
+    """The import paths for ``py``; a zip is extracted under ``work_dir`` first."""
+    path = Path(py).expanduser().resolve()
+    if not path.exists():
+        raise FunctionLoadError(f"function file {py} does not exist")
+    if path.suffix == ".zip":
+        return _extract_zip(path, work_dir or path.parent / ".magnetar-code")
+    if path.suffix != ".py":
+        raise FunctionLoadError(f"function file {py} must be a .py file or a .zip")
+    return [path.parent]
+
+
+def _extract_zip(path: Path, work_dir: Path) -> list[Path]:
+    target = work_dir / path.stem
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.extractall(target)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise FunctionLoadError(f"cannot extract function package {path}: {error}") from None
+    roots = [target]
+    entries = [p for p in target.iterdir() if not p.name.startswith((".", "__MACOSX"))]
+    if len(entries) == 1 and entries[0].is_dir():
+        roots.append(entries[0])
+    paths: list[Path] = []
+    for root in roots:
+        paths += [root, root / "src", root / "deps"]
+    return [p for p in paths if p.is_dir()]
+
+
+def _module_name(py: str | Path) -> str:
+    return Path(py).stem
+
+
+def load_function(py: str | Path, class_name: str | None, work_dir: Path | None = None) -> (
+    LoadedFunction
+):
+    """Import the function named by ``class_name`` from the code in ``py``.
+
+    ``class_name`` is ``module.Name`` or ``Name`` (in the module named after the file). When
+    omitted, the module's only ``pulsar.Function`` subclass, or else its ``process`` function,
+    is used.
+    """
+    search_paths = code_search_paths(py, work_dir)
+    if class_name and "." in class_name:
+        target = load_attribute(class_name, search_paths)
+        name = class_name.rsplit(".", 1)[1]
+    else:
+        module = _import(_module_name(py), search_paths)
+        name = class_name or _default_entry_point(module)
+        if not hasattr(module, name):
+            raise FunctionLoadError(
+                f"module {module.__name__!r} has no class or function {name!r}; it defines: "
+                f"{', '.join(_public_names(module)) or 'nothing public'}"
+            )
+        target = getattr(module, name)
+    return _as_function(target, name, search_paths)
+
+
+def load_attribute(dotted: str, search_paths: list[Path]) -> Any:
+    """``package.module.Name`` -> the object, importing from ``search_paths`` first."""
+    module_name, _, attribute = dotted.rpartition(".")
+    if not module_name:
+        raise FunctionLoadError(f"{dotted!r} must be a dotted name such as module.ClassName")
+    module = _import(module_name, search_paths)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise FunctionLoadError(
+            f"module {module_name!r} has no class or function {attribute!r}; it defines: "
+            f"{', '.join(_public_names(module)) or 'nothing public'}"
+        ) from None
+
+
+def _import(module_name: str, search_paths: list[Path]) -> Any:
+    for path in reversed(search_paths):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    try:
+        return importlib.import_module(module_name)
+    except SyntaxError as error:
+        raise FunctionLoadError(
+            f"syntax error in {error.filename}, line {error.lineno}, column {error.offset}: "
+            f"{error.msg}\n    {(error.text or '').rstrip()}"
+        ) from None
+    except ModuleNotFoundError as error:
+        if error.name == module_name:
+            where = ", ".join(str(p) for p in search_paths)
+            raise FunctionLoadError(f"no module named {module_name!r} in {where}") from None
+        raise FunctionLoadError(
+            f"importing {module_name!r} failed: {error} (is the dependency installed, or "
+            "packaged in the function's zip?)"
+        ) from None
+    except Exception as error:
+        raise FunctionLoadError(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from None
+
+
+def _public_names(module: Any) -> list[str]:
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and getattr(value, "__module__", None) == module.__name__
+    )
+
+
+def _default_entry_point(module: Any) -> str:
+    import pulsar
+
+    classes = [
+        name
+        for name, value in vars(module).items()
+        if inspect.isclass(value)
+        and issubclass(value, pulsar.Function)
+        and value is not pulsar.Function
+        and value.__module__ == module.__name__
+    ]
+    if len(classes) == 1:
+        return classes[0]
+    if callable(getattr(module, "process", None)):
+        return "process"
+    raise FunctionLoadError(
+        f"cannot tell which function to run in module {module.__name__!r}: "
+        "pass --classname (module.ClassName or module.function)"
+    )
+
+
+def _as_function(target: Any, name: str, search_paths: list[Path]) -> LoadedFunction:
+    if inspect.isclass(target):
+        if not callable(getattr(target, "process", None)):
+            raise FunctionLoadError(
+                f"class {name!r} has no process(self, input, context) method"
+            )
+        try:
+            instance = target()
+        except Exception as error:
+            raise FunctionLoadError(
+                f"creating an instance of {name!r} failed: {type(error).__name__}: {error}"
+            ) from None
+        process = instance.process
+    elif callable(target):
+        process = target
+    else:
+        raise FunctionLoadError(f"{name!r} is neither a class nor a function")
+    return LoadedFunction(process, _takes_context(process, name), name, search_paths)
+
+
+def _takes_context(process: Callable[..., Any], name: str) -> bool:
+    try:
+        parameters = inspect.signature(process).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = [
+        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters) or len(positional) >= 2:
+        return True
+    if len(positional) == 1:
+        return False
+    raise FunctionLoadError(
+        f"{name!r} must accept the input: process(input) or process(self, input, context)"
+    )

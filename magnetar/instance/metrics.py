@@ -1,0 +1,150 @@
+"""Per-instance counters and their Pulsar-shaped views (FunctionStatus, FunctionStats).
+
+Updated only by the instance's processing thread, so plain attributes: no locks on the
+hot path. Readers on other threads see a consistent-enough snapshot through ``snapshot()``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ExceptionInfo", "InstanceMetrics", "MetricsSnapshot"]
+
+_LATEST_EXCEPTIONS = 10
+_LATENCY_WINDOW = 4096
+
+
+@dataclass(frozen=True)
+class ExceptionInfo:
+    """One recent exception, as Pulsar's ``ExceptionInformation``."""
+
+    exception_string: str
+    timestamp_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exceptionString": self.exception_string, "timestampMs": self.timestamp_ms}
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """A point-in-time copy of an instance's metrics (picklable, sent between processes)."""
+
+    instance_id: int
+    running: bool
+    error: str
+    received: int
+    processed: int
+    user_exceptions: int
+    system_exceptions: int
+    latest_user_exceptions: list[ExceptionInfo]
+    latest_system_exceptions: list[ExceptionInfo]
+    average_latency_ms: float
+    p99_latency_ms: float
+    last_invocation_ms: int
+    user_metrics: dict[str, float]
+    num_restarts: int = 0
+    worker_id: str = ""
+
+    def status(self) -> dict[str, Any]:
+        """The instance part of Pulsar's FunctionStatus."""
+        return {
+            "instanceId": self.instance_id,
+            "status": {
+                "running": self.running,
+                "error": self.error,
+                "numRestarts": self.num_restarts,
+                "numReceived": self.received,
+                "numSuccessfullyProcessed": self.processed,
+                "numUserExceptions": self.user_exceptions,
+                "latestUserExceptions": [e.to_json() for e in self.latest_user_exceptions],
+                "numSystemExceptions": self.system_exceptions,
+                "latestSystemExceptions": [e.to_json() for e in self.latest_system_exceptions],
+                "averageLatency": self.average_latency_ms,
+                "lastInvocationTime": self.last_invocation_ms,
+                "workerId": self.worker_id,
+            },
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """The instance part of Pulsar's FunctionStats."""
+        return {
+            "instanceId": self.instance_id,
+            "metrics": {
+                "receivedTotal": self.received,
+                "processedSuccessfullyTotal": self.processed,
+                "systemExceptionsTotal": self.system_exceptions,
+                "userExceptionsTotal": self.user_exceptions,
+                "avgProcessLatency": self.average_latency_ms,
+                "p99ProcessLatency": self.p99_latency_ms,
+                "lastInvocation": self.last_invocation_ms,
+                "userMetrics": dict(self.user_metrics),
+            },
+        }
+
+
+@dataclass
+class InstanceMetrics:
+    """Live counters of one instance."""
+
+    instance_id: int
+    received: int = 0
+    processed: int = 0
+    user_exceptions: int = 0
+    system_exceptions: int = 0
+    latency_total_s: float = 0.0
+    latency_count: int = 0
+    last_invocation_ms: int = 0
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    latest_user_exceptions: deque[ExceptionInfo] = field(
+        default_factory=lambda: deque(maxlen=_LATEST_EXCEPTIONS)
+    )
+    latest_system_exceptions: deque[ExceptionInfo] = field(
+        default_factory=lambda: deque(maxlen=_LATEST_EXCEPTIONS)
+    )
+    user_metric_sums: dict[str, float] = field(default_factory=dict)
+    user_metric_counts: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+    def record_user_exception(self, error: BaseException) -> None:
+        self.user_exceptions += 1
+        self.latest_user_exceptions.append(_info(error))
+
+    def record_system_exception(self, error: BaseException | str) -> None:
+        self.system_exceptions += 1
+        self.latest_system_exceptions.append(_info(error))
+
+    def record_user_metric(self, name: str, value: float) -> None:
+        self.user_metric_sums[name] = self.user_metric_sums.get(name, 0.0) + value
+        self.user_metric_counts[name] = self.user_metric_counts.get(name, 0) + 1
+
+    def snapshot(self, running: bool) -> MetricsSnapshot:
+        latencies = sorted(self.latencies_s)
+        p99 = latencies[max(0, math.ceil(len(latencies) * 0.99) - 1)] if latencies else 0.0
+        average = self.latency_total_s / self.latency_count if self.latency_count else 0.0
+        return MetricsSnapshot(
+            instance_id=self.instance_id,
+            running=running,
+            error=self.error,
+            received=self.received,
+            processed=self.processed,
+            user_exceptions=self.user_exceptions,
+            system_exceptions=self.system_exceptions,
+            latest_user_exceptions=list(self.latest_user_exceptions),
+            latest_system_exceptions=list(self.latest_system_exceptions),
+            average_latency_ms=average * 1000,
+            p99_latency_ms=p99 * 1000,
+            last_invocation_ms=self.last_invocation_ms,
+            user_metrics={
+                name: total / self.user_metric_counts[name]
+                for name, total in self.user_metric_sums.items()
+            },
+        )
+
+
+def _info(error: BaseException | str) -> ExceptionInfo:
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return ExceptionInfo(text, int(time.time() * 1000))

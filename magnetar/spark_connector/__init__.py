@@ -1,0 +1,1 @@
+"""PySpark Python Data Source ``pulsar`` and function replay. Lands with the Spark issue."""
