@@ -37,8 +37,11 @@ PAYLOAD = b"x" * 100
 
 def fill(client: pulsar.Client, topic: str, count: int) -> None:
     producer = client.create_producer(
-        topic, batching_enabled=True, batching_max_publish_delay_ms=10,
-        block_if_queue_full=True, max_pending_messages=10_000,
+        topic,
+        batching_enabled=True,
+        batching_max_publish_delay_ms=10,
+        block_if_queue_full=True,
+        max_pending_messages=10_000,
     )
     for _ in range(count):
         producer.send_async(PAYLOAD, None)
@@ -48,12 +51,17 @@ def fill(client: pulsar.Client, topic: str, count: int) -> None:
 
 def plain_loop(client: pulsar.Client, source: str, sink: str, count: int) -> float:
     consumer = client.subscribe(
-        source, "plain", consumer_type=pulsar.ConsumerType.Shared,
+        source,
+        "plain",
+        consumer_type=pulsar.ConsumerType.Shared,
         initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = client.create_producer(
-        sink, batching_enabled=True, batching_max_publish_delay_ms=10,
-        block_if_queue_full=True, max_pending_messages=40_000,
+        sink,
+        batching_enabled=True,
+        batching_max_publish_delay_ms=10,
+        block_if_queue_full=True,
+        max_pending_messages=40_000,
     )
     started = time.perf_counter()
     for _ in range(count):
@@ -128,8 +136,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--broker-url")
-    parser.add_argument("--output", default=str(ROOT / "bench" / "results" /
-                                                  "instance_throughput.json"))
+    parser.add_argument(
+        "--output", default=str(ROOT / "bench" / "results" / "instance_throughput.json")
+    )
     parser.add_argument("--phase-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -144,15 +153,29 @@ def main() -> None:
         if url is None:
             broker = EmbeddedBroker(data_dir).start()
             url = broker.service_url
-        results: dict[str, Any] = {"messages": args.messages, "payload_bytes": len(PAYLOAD),
-                                   "repeat": args.repeat, "cpus": os.cpu_count()}
+        results: dict[str, Any] = {
+            "messages": args.messages,
+            "payload_bytes": len(PAYLOAD),
+            "repeat": args.repeat,
+            "cpus": os.cpu_count(),
+        }
         modes = {"unpinned": []}
         if shutil.which("taskset"):
             modes["pinned_cpu1"] = ["taskset", "-c", "1"]
         for mode, prefix in modes.items():
             print(f"{mode}:", file=sys.stderr, flush=True)
-            command = [*prefix, sys.executable, __file__, "--phase-only", "--broker-url", url,
-                       "--messages", str(args.messages), "--repeat", str(args.repeat)]
+            command = [
+                *prefix,
+                sys.executable,
+                __file__,
+                "--phase-only",
+                "--broker-url",
+                url,
+                "--messages",
+                str(args.messages),
+                "--repeat",
+                str(args.repeat),
+            ]
             out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
             results[mode] = summarize(json.loads(out))
         output = Path(args.output)
@@ -161,8 +184,10 @@ def main() -> None:
         print(f"\n{'mode':<12} {'plain msg/s':>12} {'magnetar msg/s':>15} {'ratio':>7}")
         for mode in modes:
             r = results[mode]
-            print(f"{mode:<12} {r['plain_median']:>12,.0f} {r['magnetar_median']:>15,.0f} "
-                  f"{r['ratio']:>7.2f}")
+            print(
+                f"{mode:<12} {r['plain_median']:>12,.0f} {r['magnetar_median']:>15,.0f} "
+                f"{r['ratio']:>7.2f}"
+            )
         print(f"\nwritten to {output}")
     finally:
         if broker is not None:

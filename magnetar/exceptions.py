@@ -1,12 +1,12 @@
 """The root of every error Magnetar raises on purpose.
 
-    MagnetarError
-     +-- BrokerError                      (magnetar.broker)
-     +-- InstanceError                    (magnetar.instance.exceptions)
-          +-- InvalidFunctionConfigError
-          +-- FunctionLoadError
-          +-- SerDeError
-          +-- StateNotConfiguredError
+MagnetarError
+ +-- BrokerError                      (magnetar.broker)
+ +-- InstanceError                    (magnetar.instance.exceptions)
+      +-- InvalidFunctionConfigError
+      +-- FunctionLoadError
+      +-- SerDeError
+      +-- StateNotConfiguredError
 """
 
 

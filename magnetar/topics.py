@@ -17,7 +17,8 @@ def full_topic_name(topic: str) -> str:
     """
     if "://" in topic:
         domain, _, rest = topic.partition("://")
-        if domain not in ("persistent", "non-persistent") or rest.count("/") != 2:
+        parts = rest.split("/")
+        if domain not in ("persistent", "non-persistent") or len(parts) != 3 or not all(parts):
             raise ValueError(f"invalid topic name {topic!r}")
         return topic
     parts = topic.split("/")

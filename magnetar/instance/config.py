@@ -13,7 +13,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from magnetar.instance.exceptions import InvalidFunctionConfigError
@@ -61,12 +68,22 @@ class ConsumerSpec(_Model):
 
     serde_class_name: str | None = None
     """SerDe class for this input, ``module.ClassName``."""
-    is_regex: bool = False
-    """The key is a topic pattern rather than a topic."""
+    is_regex: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("isRegexPattern", "isRegex", "is_regex"),
+        serialization_alias="isRegexPattern",
+    )
+    """The key is a topic pattern rather than a topic (Pulsar's ``isRegexPattern``)."""
     receiver_queue_size: int | None = Field(default=None, ge=1)
     """Prefetch depth of this input's consumer."""
     schema_type: str | None = None
     """Accepted for compatibility; Magnetar reads payloads as bytes."""
+    # Accepted and ignored, so a config exported from Pulsar parses.
+    schema_properties: dict[str, Any] | None = None
+    consumer_properties: dict[str, Any] | None = None
+    crypto_config: dict[str, Any] | None = None
+    pool_messages: bool | None = None
+    message_payload_processor_config: dict[str, Any] | None = None
 
 
 class FunctionConfig(_Model):
@@ -216,8 +233,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             data = json.loads(text)
     except Exception as error:
         raise InvalidFunctionConfigError(
-            f"function config file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: "
-            f"{error}"
+            f"function config file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {error}"
         ) from None
     if not isinstance(data, dict):
         raise InvalidFunctionConfigError(f"function config file {path} must hold a mapping")
@@ -273,7 +289,10 @@ def _validate(config: FunctionConfig) -> None:
         )
     if config.dead_letter_topic and output and base_topic(config.dead_letter_topic) == output:
         raise ValueError("deadLetterTopic must differ from the output topic")
-    if guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE and config.max_message_retries:
+    if (
+        guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        and config.max_message_retries is not None
+    ):
         raise ValueError(
             "maxMessageRetries cannot be used with EFFECTIVELY_ONCE: a retried message "
             "would be processed out of order"

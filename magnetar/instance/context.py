@@ -140,9 +140,7 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
     def get_secret(self, secret_name: str) -> str | None:
         if secret_name not in self._config.secrets:
             return None
-        return self._secrets_provider.provide_secret(
-            secret_name, self._config.secrets[secret_name]
-        )
+        return self._secrets_provider.provide_secret(secret_name, self._config.secrets[secret_name])
 
     def record_metric(self, metric_name: str, metric_value: float) -> None:
         if isinstance(metric_value, bool) or not isinstance(metric_value, int | float):
@@ -212,7 +210,9 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
         if isinstance(value, str):
             value = value.encode()
         if not isinstance(value, bytes | bytearray):
-            raise TypeError(f"put_state({key!r}, ...) needs str or bytes, got {type(value).__name__}")
+            raise TypeError(
+                f"put_state({key!r}, ...) needs str or bytes, got {type(value).__name__}"
+            )
         self._state.put(key, bytes(value))
 
     def get_state(self, key: str) -> bytes | None:

@@ -128,9 +128,10 @@ class FunctionInstance:
         self._sender = ChunkSender(self.options.large_message_bytes)
         self._chunk = Chunk()
         self._unacked = 0
-        self._last_applied: dict[str, Any] = {}
-        self._retrying: set[Any] = set()
+        self._last_applied: dict[str, tuple[int, int, int]] = {}
+        self._retrying: set[tuple[int, int, int]] = set()
         self._in_invocation = False
+        self._rewind = False
         self.error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -199,8 +200,8 @@ class FunctionInstance:
         self._output_serde = load_serde(config.output_serde_class_name, paths)
         self._default_serde = load_serde(None)
         for topic, serde_name in config.input_serdes().items():
-            self._input_serdes[topic] = load_serde(serde_name, paths) if serde_name else (
-                self._default_serde
+            self._input_serdes[topic] = (
+                load_serde(serde_name, paths) if serde_name else (self._default_serde)
             )
         self._logger = function_logger(config, self.options.instance_id, self._producer)
         self._context = InstanceContext(
@@ -217,6 +218,7 @@ class FunctionInstance:
         self._guarantees = config.processing_guarantees
         self._auto_ack = config.auto_ack and self._guarantees is not ProcessingGuarantees.MANUAL
         self._dedup = self._guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        self._ordered = config.subscription_type is SubscriptionType.FAILOVER
         if config.output:
             self._output = self._producer(config.output)
         else:
@@ -236,8 +238,7 @@ class FunctionInstance:
             kwargs["dead_letter_policy"] = pulsar.ConsumerDeadLetterPolicy(
                 max_redeliver_count=config.max_message_retries,
                 dead_letter_topic=(
-                    full_topic_name(config.dead_letter_topic) if config.dead_letter_topic
-                    else None
+                    full_topic_name(config.dead_letter_topic) if config.dead_letter_topic else None
                 ),
             )
         topics = list(config.input_serdes())
@@ -247,8 +248,15 @@ class FunctionInstance:
             try:
                 consumer = self._client.subscribe(target, config.subscription_name, **kwargs)
             except Exception as error:
+                if not isinstance(target, list):
+                    raise InstanceError(
+                        f"cannot subscribe to topicsPattern {target.pattern!r}: {error}; the "
+                        "broker must list a namespace's topics for this (the embedded "
+                        "pulsar-lite broker cannot), so list the topics in inputs instead"
+                    ) from error
                 raise InstanceError(
-                    f"cannot subscribe to {target} as {config.subscription_name!r}: {error}"
+                    f"cannot subscribe to {', '.join(target)} as "
+                    f"{config.subscription_name!r}: {error}"
                 ) from error
             self._consumers.append(consumer)
         for topic in topics:
@@ -285,6 +293,8 @@ class FunctionInstance:
                 if messages:
                     self._process_chunk(messages)
                 self._acknowledge_completed()
+                if self._rewind:
+                    self._rewind_consumers()
                 while self._unacked > self.options.max_unacked and not self._stop.is_set():
                     self._sender.completed.wait(0.05)
                     self._sender.completed.clear()
@@ -320,6 +330,8 @@ class FunctionInstance:
     def _process_chunk(self, messages: list[Any]) -> None:
         chunk = self._chunk = Chunk()
         for consumer, message in messages:
+            if self._rewind:
+                break  # keep the order: what follows a failure comes again after the rewind
             self._process(consumer, message, chunk)
         self._unacked += len(chunk.inputs)
         self._sender.seal(chunk)
@@ -336,8 +348,13 @@ class FunctionInstance:
         try:
             value = serde.deserialize(message.data())
         except Exception as error:
-            self._fail(consumer, message, f"cannot deserialize message {message.message_id()} "
-                       f"from {topic} with {type(serde).__name__}: {error!r}", system=True)
+            self._fail(
+                consumer,
+                message,
+                f"cannot deserialize message {message.message_id()} "
+                f"from {topic} with {type(serde).__name__}: {error!r}",
+                system=True,
+            )
             return
         context = self._context
         context.message = message
@@ -375,9 +392,9 @@ class FunctionInstance:
             chunk.inputs.append((consumer, message))
 
     def _output_kwargs(self, message: Any, topic: str) -> dict[str, Any]:
-        properties = dict(message.properties()) if (
-            self.config.forward_source_message_property
-        ) else {}
+        properties = (
+            dict(message.properties()) if (self.config.forward_source_message_property) else {}
+        )
         properties[_INPUT_TOPIC] = topic
         properties[_INPUT_MSG_ID] = base64.b64encode(message.message_id().serialize()).decode()
         kwargs: dict[str, Any] = {"properties": properties}
@@ -397,8 +414,30 @@ class FunctionInstance:
         self._input_serdes[topic] = serde
         return serde
 
-    def _fail(self, consumer: Any, message: Any, error: BaseException | str,
-              system: bool = False) -> None:
+    def _redeliver(self, consumer: Any, message: Any) -> None:
+        """Have a failed input come again: a negative ack, or for an ordered (Failover)
+        subscription a rewind, since brokers redeliver those only on reconnect."""
+        if self._dedup:
+            self._retrying.add(_position(message.message_id()))
+        if self._ordered:
+            self._rewind = True
+        else:
+            consumer.negative_acknowledge(message)
+
+    def _rewind_consumers(self) -> None:
+        """Resubscribe, after the in-flight sends settle, so delivery resumes at the first
+        unacknowledged message."""
+        self._wait_for_in_flight(self.options.drain_timeout_s)
+        for consumer in self._consumers:
+            consumer.close()
+        self._consumers.clear()
+        self._stop.wait(self.options.negative_ack_redelivery_delay_ms / 1000)
+        self._subscribe()
+        self._rewind = False
+
+    def _fail(
+        self, consumer: Any, message: Any, error: BaseException | str, system: bool = False
+    ) -> None:
         """Count a failed message and have it redelivered (or dead-lettered)."""
         if system or isinstance(error, SerDeError):
             self.metrics.record_system_exception(error)
@@ -407,27 +446,27 @@ class FunctionInstance:
         self._logger.error(
             "%s processing message %s from %s: %s",
             "system error" if system else "user exception",
-            message.message_id(), message.topic_name(), error,
+            message.message_id(),
+            message.topic_name(),
+            error,
             exc_info=error if isinstance(error, BaseException) else None,
         )
         if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
-            if self._dedup:
-                self._retrying.add(message.message_id())
-            consumer.negative_acknowledge(message)
+            self._redeliver(consumer, message)
 
     def _is_duplicate(self, topic: str, message: Any, chunk: Chunk, consumer: Any) -> bool:
         """EFFECTIVELY_ONCE: skip a redelivered message already applied on this partition;
         its acknowledgement follows the current chunk, so it is acked only once everything
         sent before it is persisted."""
-        message_id = message.message_id()
+        position = _position(message.message_id())
         last = self._last_applied.get(topic)
-        if last is not None and message_id <= last:
-            if message_id in self._retrying:
-                self._retrying.discard(message_id)
+        if last is not None and position <= last:
+            if position in self._retrying:
+                self._retrying.discard(position)
                 return False
             chunk.inputs.append((consumer, message))
             return True
-        self._last_applied[topic] = message_id
+        self._last_applied[topic] = position
         return False
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
@@ -451,12 +490,14 @@ class FunctionInstance:
             self._unacked -= len(chunk.inputs)
             if chunk.error:
                 self.metrics.record_system_exception(chunk.error)
-                log.warning("%s: %d inputs will be redelivered: %s",
-                            self.config.fqfn, len(chunk.inputs), chunk.error)
+                log.warning(
+                    "%s: %d inputs will be redelivered: %s",
+                    self.config.fqfn,
+                    len(chunk.inputs),
+                    chunk.error,
+                )
                 for consumer, message in chunk.inputs:
-                    if self._dedup:
-                        self._retrying.add(message.message_id())
-                    consumer.negative_acknowledge(message)
+                    self._redeliver(consumer, message)
             else:
                 for consumer, message in chunk.inputs:
                     consumer.acknowledge(message)
@@ -467,15 +508,21 @@ class FunctionInstance:
                 producer.flush()
             except Exception as error:
                 log.warning("flushing %s on stop failed: %s", producer.topic(), error)
-        deadline = time.monotonic() + self.options.drain_timeout_s
+        self._wait_for_in_flight(self.options.drain_timeout_s)
+        if self._unacked:
+            log.warning(
+                "%s: %d inputs left unacknowledged on stop; they will be redelivered",
+                self.config.fqfn,
+                self._unacked,
+            )
+
+    def _wait_for_in_flight(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         self._acknowledge_completed()
         while self._unacked > 0 and time.monotonic() < deadline:
             self._sender.completed.wait(0.05)
             self._sender.completed.clear()
             self._acknowledge_completed()
-        if self._unacked:
-            log.warning("%s: %d inputs left unacknowledged on stop; they will be redelivered",
-                        self.config.fqfn, self._unacked)
 
     def _close(self) -> None:
         for consumer in self._consumers:
@@ -497,8 +544,13 @@ class FunctionInstance:
 
     # --- MessagePublisher (used by the context) -----------------------------------------
 
-    def publish(self, topic: str, payload: bytes, message_conf: dict[str, Any],
-                callback: Callable[[Any, Any], None] | None) -> None:
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        message_conf: dict[str, Any],
+        callback: Callable[[Any, Any], None] | None,
+    ) -> None:
         self._sender.send(self._chunk, self._producer(topic), payload, message_conf, callback)
 
     def ack(self, message_id: Any, topic: str) -> None:
@@ -510,6 +562,11 @@ def _compile(pattern: str) -> Any:
     import re
 
     return re.compile(full_topic_name(pattern) if "://" not in pattern else pattern)
+
+
+def _position(message_id: Any) -> tuple[int, int, int]:
+    """A message's place in its topic partition, comparable and hashable."""
+    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
 
 
 def _sequence_id(message_id: Any) -> int:

@@ -69,9 +69,9 @@ def _module_name(py: str | Path) -> str:
     return Path(py).stem
 
 
-def load_function(py: str | Path, class_name: str | None, work_dir: Path | None = None) -> (
-    LoadedFunction
-):
+def load_function(
+    py: str | Path, class_name: str | None, work_dir: Path | None = None
+) -> LoadedFunction:
     """Import the function named by ``class_name`` from the code in ``py``.
 
     ``class_name`` is ``module.Name`` or ``Name`` (in the module named after the file). When
@@ -168,9 +168,7 @@ def _default_entry_point(module: Any) -> str:
 def _as_function(target: Any, name: str, search_paths: list[Path]) -> LoadedFunction:
     if inspect.isclass(target):
         if not callable(getattr(target, "process", None)):
-            raise FunctionLoadError(
-                f"class {name!r} has no process(self, input, context) method"
-            )
+            raise FunctionLoadError(f"class {name!r} has no process(self, input, context) method")
         try:
             instance = target()
         except Exception as error:
@@ -190,9 +188,7 @@ def _takes_context(process: Callable[..., Any], name: str) -> bool:
         parameters = inspect.signature(process).parameters.values()
     except (TypeError, ValueError):
         return True
-    positional = [
-        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if any(p.kind is p.VAR_POSITIONAL for p in parameters) or len(positional) >= 2:
         return True
     if len(positional) == 1:

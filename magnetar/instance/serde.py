@@ -82,8 +82,9 @@ def load_serde(class_name: str | None, search_paths: list[Path] | None = None) -
         serde = cls()
     except Exception as error:
         raise SerDeError(f"cannot create SerDe {class_name!r}: {error!r}") from None
-    if not (callable(getattr(serde, "serialize", None)) and callable(
-        getattr(serde, "deserialize", None)
-    )):
+    if not (
+        callable(getattr(serde, "serialize", None))
+        and callable(getattr(serde, "deserialize", None))
+    ):
         raise SerDeError(f"SerDe {class_name!r} must define serialize() and deserialize()")
     return serde  # type: ignore[no-any-return]

@@ -1,0 +1,3 @@
+from magnetar.cli.app import main
+
+main(prog_name="magnetar")

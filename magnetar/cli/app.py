@@ -1,0 +1,62 @@
+"""The `magnetar` command: global options and the command groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from magnetar.cli.functions import functions
+
+try:
+    from magnetar.cli.topics import topics
+except ImportError:
+    topics = None
+
+__all__ = ["CliContext", "main"]
+
+
+@dataclass(frozen=True)
+class CliContext:
+    """Global options every command can read through ``click.get_current_context().obj``."""
+
+    admin_url: str
+    """The worker's REST admin URL."""
+    broker_url: str | None
+    """The Pulsar service URL; None where a command may start the embedded broker."""
+    output: str
+    """``table`` for people, ``json`` for programs."""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--admin-url",
+    envvar="MAGNETAR_ADMIN_URL",
+    default="http://127.0.0.1:8080",
+    show_default=True,
+    help="REST admin URL of a Magnetar worker.",
+)
+@click.option(
+    "--broker-url",
+    envvar="MAGNETAR_BROKER_URL",
+    default=None,
+    help="Pulsar service URL, e.g. pulsar://localhost:6650.",
+)
+@click.option(
+    "--output",
+    "output_format",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output for people or for programs.",
+)
+@click.version_option(package_name="magnetar")
+@click.pass_context
+def main(ctx: click.Context, admin_url: str, broker_url: str | None, output_format: str) -> None:
+    """Magnetar: run Apache Pulsar Functions from Python."""
+    ctx.obj = CliContext(admin_url, broker_url, output_format)
+
+
+main.add_command(functions)
+if topics:
+    main.add_command(topics)

@@ -1,0 +1,195 @@
+"""localrun: run a function's instances on this machine, without a worker cluster.
+
+Each instance runs in a process of its own (as the worker's process runtime will), on that
+process's main thread, so ``timeoutMs`` can interrupt a runaway invocation and instances use
+all cores. The parent supervises: it reports progress, and on Ctrl-C / SIGTERM it asks every
+instance to stop gracefully (finish in-flight messages, flush, acknowledge) before it exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from magnetar.instance.config import FunctionConfig
+from magnetar.instance.exceptions import InstanceError
+from magnetar.instance.loader import load_function
+from magnetar.instance.metrics import MetricsSnapshot
+
+__all__ = ["LocalRun", "check_broker_reachable"]
+
+log = logging.getLogger(__name__)
+
+_STOP_GRACE_S = 45.0
+
+
+def check_broker_reachable(broker_url: str, timeout: float = 5.0) -> None:
+    """Fail fast with the URL in the message when nothing listens at the broker's address."""
+    parsed = urlparse(broker_url.split(",")[0])
+    if parsed.scheme not in ("pulsar", "pulsar+ssl") or not parsed.hostname:
+        raise InstanceError(f"invalid broker URL {broker_url!r}: expected pulsar://host:port")
+    port = parsed.port or (6651 if parsed.scheme == "pulsar+ssl" else 6650)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            return
+    except OSError as error:
+        raise InstanceError(
+            f"cannot reach the broker at {broker_url}: {error.strerror or error}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Exit:
+    instance_id: int
+    error: str
+
+
+def _instance_main(
+    config_json: str, broker_url: str, instance_id: int, reports: Any, log_level: int
+) -> None:
+    """Entry point of an instance process."""
+    import pulsar
+
+    from magnetar.instance.instance import FunctionInstance, InstanceOptions
+
+    logging.basicConfig(
+        level=log_level,
+        format=f"%(asctime)s [instance {instance_id}] %(levelname)s %(name)s: %(message)s",
+    )
+    config = FunctionConfig.model_validate_json(config_json)
+    client = pulsar.Client(
+        broker_url,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        operation_timeout_seconds=15,
+    )
+    instance = FunctionInstance(
+        config,
+        client,
+        InstanceOptions(instance_id=instance_id, metrics_interval_s=1.0),
+        on_metrics=reports.put,
+    )
+
+    def stop(signum: int, frame: Any) -> None:
+        instance.stop(drain=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    error = ""
+    try:
+        instance.run()
+    except Exception as failure:
+        error = f"{type(failure).__name__}: {failure}"
+    finally:
+        client.close()
+        reports.put(_Exit(instance_id, error))
+
+
+class LocalRun:
+    """The instances of one function, each in its own process, reporting to this one."""
+
+    def __init__(
+        self,
+        config: FunctionConfig,
+        broker_url: str,
+        on_metrics: Callable[[dict[int, MetricsSnapshot]], None] | None = None,
+        report_interval_s: float = 5.0,
+    ) -> None:
+        self.config = config
+        self.broker_url = broker_url
+        self._on_metrics = on_metrics
+        self._report_interval_s = report_interval_s
+        self._stop = threading.Event()
+        self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.snapshots: dict[int, MetricsSnapshot] = {}
+        self.errors: dict[int, str] = {}
+
+    def check(self) -> None:
+        """Load the code and reach the broker once here, so a bad --py file or a wrong URL
+        is reported before any instance starts."""
+        if not self.config.py:
+            raise InstanceError("no function code: pass --py FILE (a .py file or a .zip)")
+        load_function(self.config.py, self.config.class_name)
+        check_broker_reachable(self.broker_url)
+
+    def stop(self) -> None:
+        """Ask every instance to stop gracefully (safe from a signal handler)."""
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run until every instance exits or ``stop()``; the exit code (0: clean)."""
+        context = multiprocessing.get_context("spawn")
+        reports = context.Queue()
+        config_json = self.config.model_dump_json(by_alias=True, exclude_none=True)
+        level = logging.getLogger().getEffectiveLevel()
+        for instance_id in range(self.config.parallelism):
+            process = context.Process(
+                target=_instance_main,
+                args=(config_json, self.broker_url, instance_id, reports, level),
+                name=f"{self.config.fqfn}:{instance_id}",
+            )
+            process.start()
+            self._processes[instance_id] = process
+        exited: set[int] = set()
+        next_report = time.monotonic() + self._report_interval_s
+        stop_sent_at: float | None = None
+        while len(exited) < len(self._processes):
+            if self._stop.is_set() and stop_sent_at is None:
+                stop_sent_at = time.monotonic()
+                self._signal_all(signal.SIGTERM)
+            if stop_sent_at is not None and time.monotonic() - stop_sent_at > _STOP_GRACE_S:
+                log.warning("instances did not stop within %.0fs; killing them", _STOP_GRACE_S)
+                self._signal_all(signal.SIGKILL)
+                break
+            try:
+                report = reports.get(timeout=0.2)
+            except queue.Empty:
+                report = None
+            if isinstance(report, MetricsSnapshot):
+                self.snapshots[report.instance_id] = report
+            elif isinstance(report, _Exit):
+                exited.add(report.instance_id)
+                if report.error:
+                    self.errors[report.instance_id] = report.error
+                    if not self._stop.is_set():
+                        self._stop.set()
+            for instance_id, process in self._processes.items():
+                if instance_id not in exited and not process.is_alive():
+                    exited.add(instance_id)
+                    self.errors.setdefault(
+                        instance_id, f"instance process exited with code {process.exitcode}"
+                    )
+                    self._stop.set()
+            if self._on_metrics is not None and time.monotonic() >= next_report:
+                self._on_metrics(dict(self.snapshots))
+                next_report = time.monotonic() + self._report_interval_s
+        for process in self._processes.values():
+            process.join(5)
+        self._drain_reports(reports)
+        return 1 if self.errors else 0
+
+    def _drain_reports(self, reports: Any) -> None:
+        while True:
+            try:
+                report = reports.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if isinstance(report, MetricsSnapshot):
+                self.snapshots[report.instance_id] = report
+
+    def _signal_all(self, signum: int) -> None:
+        for process in self._processes.values():
+            if process.pid is not None and process.is_alive():
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:
+                    pass

@@ -1,0 +1,55 @@
+"""Shared fixtures: one real pulsar-lite broker per test session, clients, unique topics."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from magnetar.broker import EmbeddedBroker
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """The embedded broker, on a free loopback port with a temporary data directory."""
+    with EmbeddedBroker(tmp_path_factory.mktemp("broker")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def broker_url(broker: EmbeddedBroker) -> str:
+    return broker.service_url
+
+
+@pytest.fixture(scope="session")
+def client(broker_url: str) -> Iterator[pulsar.Client]:
+    """A pulsar-client connected to the session broker (quiet unless something is wrong)."""
+    c = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def topic() -> str:
+    """A fresh topic name; each call site adds a suffix for more topics."""
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def cli_env(broker_url: str) -> dict[str, str]:
+    """Environment for running the `magnetar` CLI in a subprocess against the broker."""
+    env = dict(os.environ)
+    env["MAGNETAR_BROKER_URL"] = broker_url
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+MAGNETAR = [sys.executable, "-m", "magnetar.cli"]
