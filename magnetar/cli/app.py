@@ -7,11 +7,7 @@ from dataclasses import dataclass
 import click
 
 from magnetar.cli.functions import functions
-
-try:
-    from magnetar.cli.topics import topics
-except ImportError:
-    topics = None
+from magnetar.cli.topics import topics
 
 __all__ = ["CliContext", "main"]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic.alias_generators import to_camel
 
 from magnetar.broker import BrokerError, EmbeddedBroker
 from magnetar.cli.render import emit_json, table
@@ -64,13 +65,13 @@ def config_from_flags(function_config_file: str | None, **flags: Any) -> Functio
     for field, flag in json_flags.items():
         value = _json_option(flags.pop(field), flag)
         if value is not None:
-            data[field] = value
+            data[to_camel(field)] = value
     auto_ack = _bool_option(flags.pop("auto_ack"), "--auto-ack")
     if auto_ack is not None:
-        data["auto_ack"] = auto_ack
+        data["autoAck"] = auto_ack
     for field, value in flags.items():
         if value is not None and value is not False:
-            data[field] = value
+            data[to_camel(field)] = value
     if data.get("py"):
         data["py"] = str(Path(data["py"]).expanduser().resolve())
     return FunctionConfig.parse(data)
@@ -145,6 +146,7 @@ def _with_default_name(config: FunctionConfig) -> FunctionConfig:
 @click.pass_obj
 def localrun(
     obj: Any,
+    /,
     function_config_file: str | None,
     data_dir: str | None,
     status_interval: float,
@@ -180,8 +182,8 @@ def localrun(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         _final(run.snapshots, json_output)
-        for instance_id, error in sorted(run.errors.items()):
-            click.echo(f"instance {instance_id} failed: {error}", err=True)
+        for instance_id, failure in sorted(run.errors.items()):
+            click.echo(f"instance {instance_id} failed: {failure}", err=True)
     if code:
         raise SystemExit(code)
 

@@ -1,34 +1,30 @@
 """`magnetar topics produce|consume`: send and read messages, like ``pulsar-client``.
 
 Also home of :func:`connect`, the one way CLI commands build a Pulsar client: it checks
-that a broker answers first (TCP, plus a Pulsar handshake for ``pulsar://``), so a wrong
-URL fails fast with a message naming it instead of the client library retrying for its
-whole operation timeout.
+that a broker answers first (``magnetar.broker_probe``), so a wrong URL fails fast with a
+message naming it instead of the client library retrying for its whole operation timeout.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import click
 import pulsar
 
+from magnetar.broker import BrokerError
+from magnetar.broker_probe import check_broker
 from magnetar.topics import full_topic_name
 
 if TYPE_CHECKING:
     from magnetar.cli.app import CliContext
 
-__all__ = ["broker_addresses", "connect", "topics"]
-
-_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
+__all__ = ["connect", "topics"]
 
 _SUBSCRIPTION_TYPES = {
     "Exclusive": pulsar.ConsumerType.Exclusive,
@@ -49,39 +45,6 @@ _EXIT_INTERRUPTED = 130
 """What shells report for a command stopped by SIGINT (128 + 2)."""
 
 
-def broker_addresses(broker_url: str) -> list[tuple[str, int]]:
-    """The ``(host, port)`` pairs of a service URL such as ``pulsar://a:6650,b:6650/``.
-
-    Raises ``click.BadParameter`` for a URL that is not ``pulsar://``, ``pulsar+ssl://``,
-    ``http://`` or ``https://`` with at least one host.
-    """
-    scheme, sep, rest = broker_url.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in _DEFAULT_PORTS:
-        raise click.BadParameter(
-            f"{broker_url!r} is not a Pulsar service URL; expected e.g. pulsar://localhost:6650",
-            param_hint="--broker-url",
-        )
-    authority = rest.split("/", 1)[0]
-    addresses: list[tuple[str, int]] = []
-    # Pulsar accepts several hosts in one URL; urlsplit understands only one at a time.
-    for host_port in authority.split(","):
-        try:
-            parts = urlsplit(f"{scheme}://{host_port}")
-            host, port = parts.hostname, parts.port
-        except ValueError as error:
-            raise click.BadParameter(
-                f"invalid host in {broker_url!r}: {error}", param_hint="--broker-url"
-            ) from error
-        if not host:
-            raise click.BadParameter(
-                f"no host in {broker_url!r}; expected e.g. pulsar://localhost:6650",
-                param_hint="--broker-url",
-            )
-        addresses.append((host, port if port is not None else _DEFAULT_PORTS[scheme]))
-    return addresses
-
-
 def connect(
     broker_url: str,
     *,
@@ -96,18 +59,12 @@ def connect(
     timeout. Raises ``click.ClickException`` naming the URL when no host passes, and
     ``click.BadParameter`` for a malformed URL. The client logs errors only.
     """
-    handshake = broker_url.lower().startswith("pulsar://")
-    failures: list[str] = []
-    for host, port in broker_addresses(broker_url):
-        reason = _check_broker(host, port, connect_timeout, handshake)
-        if reason is None:
-            break
-        failures.append(f"{host}:{port}: {reason}")
-    else:
-        raise click.ClickException(
-            f"cannot reach the Pulsar broker at {broker_url} ({'; '.join(failures)}); "
-            "is it running? Check --broker-url or MAGNETAR_BROKER_URL"
-        )
+    try:
+        check_broker(broker_url, connect_timeout)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--broker-url") from None
+    except BrokerError as error:
+        raise click.ClickException(str(error)) from None
     try:
         return pulsar.Client(
             broker_url,
@@ -117,56 +74,6 @@ def connect(
         )
     except pulsar.PulsarException as error:
         raise click.ClickException(f"cannot connect to {broker_url}: {error}") from error
-
-
-def _connect_frame() -> bytes:
-    """A Pulsar CONNECT command, protobuf written by hand to need no generated code."""
-    version = b"magnetar-probe"
-    # CommandConnect: client_version (field 1), protocol_version = 21 (field 4).
-    connect = b"\x0a" + bytes([len(version)]) + version + b"\x20\x15"
-    # BaseCommand: type = CONNECT (field 1 = 2), connect (field 2).
-    command = b"\x08\x02\x12" + bytes([len(connect)]) + connect
-    return struct.pack(">II", len(command) + 4, len(command)) + command
-
-
-_CONNECT_FRAME = _connect_frame()
-_MAX_FRAME = 5 * 1024 * 1024 + 10 * 1024
-"""Pulsar's default maximum message size plus headroom; larger means not Pulsar."""
-
-
-def _check_broker(host: str, port: int, timeout: float, handshake: bool) -> str | None:
-    """None when ``host:port`` accepts TCP (and answers as Pulsar if asked), else why not."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            if not handshake:
-                return None
-            sock.sendall(_CONNECT_FRAME)
-            header = _recv_exactly(sock, 8)
-    except TimeoutError:
-        return f"no answer within {timeout:g} s"
-    except OSError as error:
-        return error.strerror or str(error) or type(error).__name__
-    if not header:
-        return "closed the connection without answering as a Pulsar broker"
-    if len(header) < 8:
-        return "answered, but not as a Pulsar broker"
-    total, size = struct.unpack(">II", header)
-    # Any well-formed frame will do: an ERROR (e.g. authentication required) still means
-    # a broker is there, and the real client reports it better.
-    if not 0 < size < total <= _MAX_FRAME:
-        return "answered, but not as a Pulsar broker"
-    return None
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    """Up to ``size`` bytes; fewer only when the peer closed the connection."""
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def _broker_url(obj: CliContext) -> str:

@@ -15,6 +15,7 @@ thread acknowledges, so the hot path takes no locks.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -105,9 +106,8 @@ class ChunkSender:
             completions.append((chunk, result))
             completed.set()
             if user_callback is not None:
-                try:
+                # the client aborts the process when a callback raises
+                with contextlib.suppress(Exception):
                     user_callback(result, message_id)
-                except Exception:  # the client aborts the process on a raising callback
-                    pass
 
         return on_sent

@@ -156,7 +156,7 @@ def _default_entry_point(module: Any) -> str:
         and value.__module__ == module.__name__
     ]
     if len(classes) == 1:
-        return classes[0]
+        return str(classes[0])
     if callable(getattr(module, "process", None)):
         return "process"
     raise FunctionLoadError(
@@ -170,7 +170,7 @@ def _as_function(target: Any, name: str, search_paths: list[Path]) -> LoadedFunc
         if not callable(getattr(target, "process", None)):
             raise FunctionLoadError(f"class {name!r} has no process(self, input, context) method")
         try:
-            instance = target()
+            instance: Any = target()
         except Exception as error:
             raise FunctionLoadError(
                 f"creating an instance of {name!r} failed: {type(error).__name__}: {error}"

@@ -8,44 +8,29 @@ instance to stop gracefully (finish in-flight messages, flush, acknowledge) befo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import queue
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
+from magnetar.broker_probe import check_broker
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.loader import load_function
 from magnetar.instance.metrics import MetricsSnapshot
 
-__all__ = ["LocalRun", "check_broker_reachable"]
+__all__ = ["LocalRun"]
 
 log = logging.getLogger(__name__)
 
 _STOP_GRACE_S = 45.0
-
-
-def check_broker_reachable(broker_url: str, timeout: float = 5.0) -> None:
-    """Fail fast with the URL in the message when nothing listens at the broker's address."""
-    parsed = urlparse(broker_url.split(",")[0])
-    if parsed.scheme not in ("pulsar", "pulsar+ssl") or not parsed.hostname:
-        raise InstanceError(f"invalid broker URL {broker_url!r}: expected pulsar://host:port")
-    port = parsed.port or (6651 if parsed.scheme == "pulsar+ssl" else 6650)
-    try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout):
-            return
-    except OSError as error:
-        raise InstanceError(
-            f"cannot reach the broker at {broker_url}: {error.strerror or error}"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -119,7 +104,10 @@ class LocalRun:
         if not self.config.py:
             raise InstanceError("no function code: pass --py FILE (a .py file or a .zip)")
         load_function(self.config.py, self.config.class_name)
-        check_broker_reachable(self.broker_url)
+        try:
+            check_broker(self.broker_url)
+        except ValueError as error:
+            raise InstanceError(str(error)) from None
 
     def stop(self) -> None:
         """Ask every instance to stop gracefully (safe from a signal handler)."""
@@ -132,13 +120,13 @@ class LocalRun:
         config_json = self.config.model_dump_json(by_alias=True, exclude_none=True)
         level = logging.getLogger().getEffectiveLevel()
         for instance_id in range(self.config.parallelism):
-            process = context.Process(
+            child = context.Process(
                 target=_instance_main,
                 args=(config_json, self.broker_url, instance_id, reports, level),
                 name=f"{self.config.fqfn}:{instance_id}",
             )
-            process.start()
-            self._processes[instance_id] = process
+            child.start()
+            self._processes[instance_id] = child
         exited: set[int] = set()
         next_report = time.monotonic() + self._report_interval_s
         stop_sent_at: float | None = None
@@ -189,7 +177,5 @@ class LocalRun:
     def _signal_all(self, signum: int) -> None:
         for process in self._processes.values():
             if process.pid is not None and process.is_alive():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signum)
-                except ProcessLookupError:
-                    pass

@@ -109,7 +109,7 @@ class InstanceMetrics:
     user_metric_counts: dict[str, int] = field(default_factory=dict)
     error: str = ""
 
-    def record_user_exception(self, error: BaseException) -> None:
+    def record_user_exception(self, error: BaseException | str) -> None:
         self.user_exceptions += 1
         self.latest_user_exceptions.append(_info(error))
 

@@ -95,5 +95,5 @@ def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met within %.0f s" % timeout)
+            raise AssertionError(f"condition not met within {timeout:.0f} s")
         time.sleep(0.05)

@@ -286,7 +286,7 @@ def test_topics_pattern_on_a_broker_that_cannot_list_topics(
     # pulsar-lite 0.2 has no GetTopicsOfNamespace, which pattern consumers need.
     with pytest.raises(
         InstanceError,
-        match="cannot subscribe to topicsPattern .* list the topics in inputs instead",
+        match=r"cannot subscribe to topicsPattern .* list the topics in inputs instead",
     ):
         run_function("exclamation.py", topics_pattern=f"{topic}-p.*", output=f"{topic}-pout")
 

@@ -1,0 +1,111 @@
+"""Is a Pulsar broker there? A fast check before a client library would retry for long.
+
+A firewall or proxy may accept any TCP connection, so for ``pulsar://`` the check also sends
+a Pulsar CONNECT and wants a well-formed frame back (any frame: an authentication error
+still means a broker is there, and the real client reports it better).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from urllib.parse import urlsplit
+
+from magnetar.broker import BrokerError
+
+__all__ = ["broker_addresses", "check_broker"]
+
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
+
+
+def broker_addresses(broker_url: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` pairs of a service URL such as ``pulsar://a:6650,b:6650/``.
+
+    Raises ``ValueError`` for a URL that is not ``pulsar://``, ``pulsar+ssl://``,
+    ``http://`` or ``https://`` with at least one host.
+    """
+    scheme, sep, rest = broker_url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in _DEFAULT_PORTS:
+        raise ValueError(
+            f"{broker_url!r} is not a Pulsar service URL; expected e.g. pulsar://localhost:6650"
+        )
+    authority = rest.split("/", 1)[0]
+    addresses: list[tuple[str, int]] = []
+    # Pulsar accepts several hosts in one URL; urlsplit understands only one at a time.
+    for host_port in authority.split(","):
+        try:
+            parts = urlsplit(f"{scheme}://{host_port}")
+            host, port = parts.hostname, parts.port
+        except ValueError as error:
+            raise ValueError(f"invalid host in {broker_url!r}: {error}") from None
+        if not host:
+            raise ValueError(f"no host in {broker_url!r}; expected e.g. pulsar://localhost:6650")
+        addresses.append((host, port if port is not None else _DEFAULT_PORTS[scheme]))
+    return addresses
+
+
+def check_broker(broker_url: str, timeout: float = 5.0) -> None:
+    """Return once some host of ``broker_url`` answers; ``BrokerError`` naming the URL and
+    each host's failure otherwise (``ValueError`` for a malformed URL)."""
+    handshake = broker_url.lower().startswith("pulsar://")
+    failures: list[str] = []
+    for host, port in broker_addresses(broker_url):
+        reason = _check_host(host, port, timeout, handshake)
+        if reason is None:
+            return
+        failures.append(f"{host}:{port}: {reason}")
+    raise BrokerError(
+        f"cannot reach the Pulsar broker at {broker_url} ({'; '.join(failures)}); "
+        "is it running? Check --broker-url or MAGNETAR_BROKER_URL"
+    )
+
+
+def _connect_frame() -> bytes:
+    """A Pulsar CONNECT command, protobuf written by hand to need no generated code."""
+    version = b"magnetar-probe"
+    # CommandConnect: client_version (field 1), protocol_version = 21 (field 4).
+    connect = b"\x0a" + bytes([len(version)]) + version + b"\x20\x15"
+    # BaseCommand: type = CONNECT (field 1 = 2), connect (field 2).
+    command = b"\x08\x02\x12" + bytes([len(connect)]) + connect
+    return struct.pack(">II", len(command) + 4, len(command)) + command
+
+
+_CONNECT_FRAME = _connect_frame()
+_MAX_FRAME = 5 * 1024 * 1024 + 10 * 1024
+"""Pulsar's default maximum message size plus headroom; larger means not Pulsar."""
+
+
+def _check_host(host: str, port: int, timeout: float, handshake: bool) -> str | None:
+    """None when ``host:port`` accepts TCP (and answers as Pulsar if asked), else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if not handshake:
+                return None
+            sock.sendall(_CONNECT_FRAME)
+            header = _recv_exactly(sock, 8)
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except OSError as error:
+        return error.strerror or str(error) or type(error).__name__
+    if not header:
+        return "closed the connection without answering as a Pulsar broker"
+    if len(header) < 8:
+        return "answered, but not as a Pulsar broker"
+    total, size = struct.unpack(">II", header)
+    # Any well-formed frame will do: an ERROR (e.g. authentication required) still means
+    # a broker is there, and the real client reports it better.
+    if not 0 < size < total <= _MAX_FRAME:
+        return "answered, but not as a Pulsar broker"
+    return None
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    """Up to ``size`` bytes; fewer only when the peer closed the connection."""
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
