@@ -215,8 +215,8 @@ _HEADERS = (
     "processed",
     "user exc",
     "system exc",
-    "avg ms",
-    "p99 ms",
+    "avg µs",
+    "p99 µs",
 )
 
 
@@ -229,8 +229,8 @@ def _rows(snapshots: dict[int, MetricsSnapshot]) -> list[tuple[Any, ...]]:
             s.processed,
             s.user_exceptions,
             s.system_exceptions,
-            s.average_latency_ms,
-            s.p99_latency_ms,
+            s.average_latency_ms * 1000,
+            s.p99_latency_ms * 1000,
         )
         for _, s in sorted(snapshots.items())
     ]
