@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/python examples/demo.py
+	$(BIN)/python scripts/demo.py
 
 test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check magnetar tests bench
-	$(BIN)/ruff format --check magnetar tests bench
+	$(BIN)/ruff check magnetar tests bench scripts
+	$(BIN)/ruff format --check magnetar tests bench scripts
 	$(BIN)/mypy
 
 bench: install

@@ -64,8 +64,9 @@ class LocalRunProcess:
 def localrun(cli_env: dict[str, str]) -> Iterator[object]:
     started: list[LocalRunProcess] = []
 
-    def start(*args: str, global_args: tuple[str, ...] = (),
-              env: dict[str, str] | None = None) -> LocalRunProcess:
+    def start(
+        *args: str, global_args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> LocalRunProcess:
         run = LocalRunProcess(list(args), env or cli_env, list(global_args))
         started.append(run)
         return run
@@ -78,17 +79,35 @@ def localrun(cli_env: dict[str, str]) -> Iterator[object]:
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MAGNETAR, "functions", "localrun", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*MAGNETAR, "functions", "localrun", *args],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_pulsar_sdk_function_runs_against_a_separate_broker(
-    localrun, client: pulsar.Client, topic: str  # type: ignore[no-untyped-def]
+    localrun,
+    client: pulsar.Client,
+    topic: str,  # type: ignore[no-untyped-def]
 ) -> None:
-    run = localrun("--py", str(EXAMPLES / "exclamation.py"),
-                   "--classname", "exclamation.ExclamationFunction",
-                   "--inputs", topic, "--output", f"{topic}-out", "--subs-position", "Earliest",
-                   "--status-interval", "0.5")
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--classname",
+        "exclamation.ExclamationFunction",
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--subs-position",
+        "Earliest",
+        "--status-interval",
+        "0.5",
+    )
     run.wait_for_stderr(r"Running public/default/ExclamationFunction \(1 instance\)")
     produce(client, topic, [f"msg-{i}" for i in range(10)])
     assert values(collect(client, f"{topic}-out", 10)) == [f"msg-{i}!" for i in range(10)]
@@ -101,15 +120,30 @@ def test_pulsar_sdk_function_runs_against_a_separate_broker(
 
 
 def test_parallel_instances_share_the_input(
-    localrun, client: pulsar.Client, topic: str  # type: ignore[no-untyped-def]
+    localrun,
+    client: pulsar.Client,
+    topic: str,  # type: ignore[no-untyped-def]
 ) -> None:
-    run = localrun("--py", str(EXAMPLES / "native_exclamation.py"), "--name", "par",
-                   "--inputs", topic, "--output", f"{topic}-out", "--parallelism", "2",
-                   "--subs-position", "Earliest", global_args=("--output", "json"))
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "native_exclamation.py"),
+        "--name",
+        "par",
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--parallelism",
+        "2",
+        "--subs-position",
+        "Earliest",
+        global_args=("--output", "json"),
+    )
     run.wait_for_stderr(r"\(2 instances\)")
     produce(client, topic, [f"m{i}" for i in range(200)])
     assert sorted(values(collect(client, f"{topic}-out", 200))) == sorted(
-        f"m{i}!" for i in range(200))
+        f"m{i}!" for i in range(200)
+    )
     code, stdout = run.interrupt(signal.SIGTERM)
     assert code == 0
     instances = json.loads(stdout)["instances"]
@@ -118,12 +152,27 @@ def test_parallel_instances_share_the_input(
 
 
 def test_timeout_stops_a_runaway_invocation_and_the_instance_goes_on(
-    localrun, client: pulsar.Client, topic: str  # type: ignore[no-untyped-def]
+    localrun,
+    client: pulsar.Client,
+    topic: str,  # type: ignore[no-untyped-def]
 ) -> None:
-    run = localrun("--py", str(EXAMPLES / "slow.py"), "--name", "slow", "--inputs", topic,
-                   "--output", f"{topic}-out", "--timeout-ms", "300",
-                   "--processing-guarantees", "ATMOST_ONCE", "--subs-position", "Earliest",
-                   global_args=("--output", "json"))
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "slow.py"),
+        "--name",
+        "slow",
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--timeout-ms",
+        "300",
+        "--processing-guarantees",
+        "ATMOST_ONCE",
+        "--subs-position",
+        "Earliest",
+        global_args=("--output", "json"),
+    )
     run.wait_for_stderr("Running")
     produce(client, topic, ["hang", "after"])
     assert values(collect(client, f"{topic}-out", 1)) == ["after"]
@@ -131,16 +180,29 @@ def test_timeout_stops_a_runaway_invocation_and_the_instance_goes_on(
     assert code == 0
     status = json.loads(stdout)["instances"][0]["status"]
     assert status["numUserExceptions"] == 1
-    assert "ran longer than its timeout of 300 ms" in (
-        status["latestUserExceptions"][0]["exceptionString"])
+    assert (
+        "ran longer than its timeout of 300 ms"
+        in (status["latestUserExceptions"][0]["exceptionString"])
+    )
 
 
 def test_embedded_broker_when_no_broker_url(
-    localrun, cli_env: dict[str, str], topic: str  # type: ignore[no-untyped-def]
+    localrun,
+    cli_env: dict[str, str],
+    topic: str,  # type: ignore[no-untyped-def]
 ) -> None:
     env = {k: v for k, v in cli_env.items() if k != "MAGNETAR_BROKER_URL"}
-    run = localrun("--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic,
-                   "--output", f"{topic}-out", "--subs-position", "Earliest", env=env)
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--subs-position",
+        "Earliest",
+        env=env,
+    )
     url = run.wait_for_stderr(r"Started the embedded broker at (pulsar://[\d.]+:\d+)").group(1)
     run.wait_for_stderr("Running")
     own = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -154,16 +216,21 @@ def test_embedded_broker_when_no_broker_url(
 
 
 def test_function_config_file_with_flag_overrides(
-    localrun, client: pulsar.Client, topic: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    localrun,
+    client: pulsar.Client,
+    topic: str,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     config = tmp_path / "greeting.yaml"
     config.write_text(
         f"name: greeter\npy: {EXAMPLES / 'user_config.py'}\n"
         f"className: user_config.GreetingFunction\ninputs: [{topic}]\n"
         f"output: {topic}-out\nsubscriptionPosition: Earliest\n"
-        "userConfig:\n  greeting: Hello\n")
-    run = localrun("--function-config-file", str(config),
-                   "--user-config", '{"greeting": "Ahoy", "times": 1}')
+        "userConfig:\n  greeting: Hello\n"
+    )
+    run = localrun(
+        "--function-config-file", str(config), "--user-config", '{"greeting": "Ahoy", "times": 1}'
+    )
     run.wait_for_stderr("Running public/default/greeter")
     produce(client, topic, ["sailor"])
     assert values(collect(client, f"{topic}-out", 1)) == ["Ahoy, sailor"]
@@ -174,17 +241,30 @@ def test_function_config_file_with_flag_overrides(
     ("source", "classname", "expected"),
     [
         (None, None, r"function file .*missing\.py does not exist"),
-        ("def process(input)\n    return input\n", None,
-         r"syntax error in .*broken_fn\.py, line 1"),
-        ("import not_installed_dependency_xyz\n", None,
-         r"No module named 'not_installed_dependency_xyz'"),
-        ("class Real:\n    def process(self, i, c):\n        return i\n", "Imaginary",
-         r"has no class or function 'Imaginary'; it defines: Real"),
+        (
+            "def process(input)\n    return input\n",
+            None,
+            r"syntax error in .*broken_fn\.py, line 1",
+        ),
+        (
+            "import not_installed_dependency_xyz\n",
+            None,
+            r"No module named 'not_installed_dependency_xyz'",
+        ),
+        (
+            "class Real:\n    def process(self, i, c):\n        return i\n",
+            "Imaginary",
+            r"has no class or function 'Imaginary'; it defines: Real",
+        ),
     ],
 )
 def test_bad_function_code_is_reported_before_running(
-    source: str | None, classname: str | None, expected: str, tmp_path: Path,
-    cli_env: dict[str, str], topic: str,
+    source: str | None,
+    classname: str | None,
+    expected: str,
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    topic: str,
 ) -> None:
     path = tmp_path / ("missing.py" if source is None else "broken_fn.py")
     if source is not None:
@@ -199,17 +279,22 @@ def test_bad_function_code_is_reported_before_running(
 
 
 def test_invalid_config_and_unreachable_broker(cli_env: dict[str, str], topic: str) -> None:
-    overlap = run_cli(["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic,
-                       "--output", topic], cli_env)
+    overlap = run_cli(
+        ["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic, "--output", topic], cli_env
+    )
     assert overlap.returncode == 1
     assert "is also an input topic" in overlap.stderr
 
-    unreachable = run_cli(["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic],
-                          {**cli_env, "MAGNETAR_BROKER_URL": "pulsar://127.0.0.1:1"})
+    unreachable = run_cli(
+        ["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic],
+        {**cli_env, "MAGNETAR_BROKER_URL": "pulsar://127.0.0.1:1"},
+    )
     assert unreachable.returncode == 1
     assert "cannot reach the Pulsar broker at pulsar://127.0.0.1:1" in unreachable.stderr
 
-    bad_json = run_cli(["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic,
-                        "--user-config", "{oops"], cli_env)
+    bad_json = run_cli(
+        ["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic, "--user-config", "{oops"],
+        cli_env,
+    )
     assert bad_json.returncode == 2
     assert "--user-config must be JSON" in bad_json.stderr

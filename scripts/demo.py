@@ -24,7 +24,7 @@ import pulsar
 
 from magnetar.broker import EmbeddedBroker
 
-EXAMPLES = Path(__file__).resolve().parent
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MAGNETAR = [sys.executable, "-m", "magnetar.cli"]
 STREAM = 20_000
 
@@ -35,8 +35,9 @@ def step(text: str) -> None:
 
 def magnetar(*args: str, env: dict[str, str]) -> str:
     print("$ magnetar " + shlex.join(args), flush=True)
-    result = subprocess.run([*MAGNETAR, *args], env=env, capture_output=True, text=True,
-                            timeout=120, check=True)
+    result = subprocess.run(
+        [*MAGNETAR, *args], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     print(result.stdout.rstrip(), flush=True)
     return result.stdout
 
@@ -54,13 +55,30 @@ def main() -> None:
 def run(env: dict[str, str], url: str) -> None:
     step("Running an Apache Pulsar function unchanged: examples/exclamation.py")
     print((EXAMPLES / "exclamation.py").read_text().split('"""', 2)[2].strip())
-    args = ["functions", "localrun", "--py", str(EXAMPLES / "exclamation.py"),
-            "--classname", "exclamation.ExclamationFunction", "--name", "exclamation",
-            "--inputs", "sentences", "--output", "exclaimed", "--parallelism", "2",
-            "--subs-position", "Earliest", "--status-interval", "2"]
+    args = [
+        "functions",
+        "localrun",
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--classname",
+        "exclamation.ExclamationFunction",
+        "--name",
+        "exclamation",
+        "--inputs",
+        "sentences",
+        "--output",
+        "exclaimed",
+        "--parallelism",
+        "2",
+        "--subs-position",
+        "Earliest",
+        "--status-interval",
+        "2",
+    ]
     print("$ magnetar " + shlex.join(args), flush=True)
-    localrun = subprocess.Popen([*MAGNETAR, *args], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+    localrun = subprocess.Popen(
+        [*MAGNETAR, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert localrun.stdout is not None
     for line in localrun.stdout:
         if line.startswith("Running"):
@@ -74,15 +92,25 @@ def run(env: dict[str, str], url: str) -> None:
         magnetar("topics", "produce", "sentences", "-m", text, env=env)
 
     step("Reading the function's output")
-    magnetar("topics", "consume", "exclaimed", "-n", "3", "--subscription-position",
-             "Earliest", "--timeout", "30", env=env)
+    magnetar(
+        "topics",
+        "consume",
+        "exclaimed",
+        "-n",
+        "3",
+        "--subscription-position",
+        "Earliest",
+        "--timeout",
+        "30",
+        env=env,
+    )
 
     step(f"Streaming {STREAM:,} more messages through the function")
     client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    producer = client.create_producer("sentences", batching_enabled=True,
-                                      block_if_queue_full=True)
-    reader = client.subscribe("exclaimed", "demo-counter",
-                              initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer("sentences", batching_enabled=True, block_if_queue_full=True)
+    reader = client.subscribe(
+        "exclaimed", "demo-counter", initial_position=pulsar.InitialPosition.Earliest
+    )
     started = time.perf_counter()
     for i in range(STREAM):
         producer.send_async(f"message {i}".encode(), None)
@@ -94,8 +122,10 @@ def run(env: dict[str, str], url: str) -> None:
         if received % 5000 == 0:
             print(f"  {received:>6,} outputs received", flush=True)
     elapsed = time.perf_counter() - started
-    print(f"{STREAM:,} messages in and out in {elapsed:.1f} s "
-          f"({STREAM / elapsed:,.0f} msg/s end to end, including producing them)")
+    print(
+        f"{STREAM:,} messages in and out in {elapsed:.1f} s "
+        f"({STREAM / elapsed:,.0f} msg/s end to end, including producing them)"
+    )
     client.close()
 
     step("Stopping the function with Ctrl-C: in-flight messages finish, then it exits")
