@@ -169,7 +169,7 @@ def localrun(
         click.echo(
             f"Running {config.fqfn} ({config.parallelism} instance"
             f"{'s' if config.parallelism > 1 else ''}) on {broker_url}; "
-            "Ctrl-C to stop",
+            "Ctrl-C to stop (twice to kill)",
             err=True,
         )
         previous = {

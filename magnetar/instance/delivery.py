@@ -40,6 +40,8 @@ class Chunk:
     """Send callbacks still to arrive."""
     error: str = ""
     """The first send failure, if any."""
+    settled: bool = False
+    """Acknowledged (or redelivered) already; a late send cannot settle it twice."""
 
 
 @dataclass

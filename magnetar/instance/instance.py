@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -33,6 +34,7 @@ from magnetar.instance.exceptions import InstanceError, SerDeError
 from magnetar.instance.loader import LoadedFunction, load_function
 from magnetar.instance.logtopic import function_logger
 from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
+from magnetar.instance.positions import RedeliveryFilter, sequence_id
 from magnetar.instance.secrets import EnvironmentSecretsProvider, SecretsProvider
 from magnetar.instance.serde import SerDe, load_serde
 from magnetar.instance.state import StateStore, UnconfiguredStateStore
@@ -128,10 +130,10 @@ class FunctionInstance:
         self._sender = ChunkSender(self.options.large_message_bytes)
         self._chunk = Chunk()
         self._unacked = 0
-        self._last_applied: dict[str, tuple[int, int, int]] = {}
-        self._retrying: set[tuple[int, int, int]] = set()
+        self._redeliveries = RedeliveryFilter()
         self._in_invocation = False
         self._rewind = False
+        self._drain = True
         self.error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -166,7 +168,6 @@ class FunctionInstance:
 
     def run(self) -> None:
         """Open consumers and producers, then process until ``stop()``."""
-        self._drain = True
         try:
             self._open()
             self._running = True
@@ -185,7 +186,7 @@ class FunctionInstance:
         """The instance's metrics now (safe from any thread)."""
         snap = self.metrics.snapshot(self._running)
         if self.options.worker_id:
-            snap = _with_worker(snap, self.options.worker_id)
+            snap = replace(snap, worker_id=self.options.worker_id)
         return snap
 
     # --- setup --------------------------------------------------------------------------
@@ -342,7 +343,9 @@ class FunctionInstance:
         topic = message.topic_name()
         if self._guarantees is ProcessingGuarantees.ATMOST_ONCE:
             consumer.acknowledge(message)
-        if self._dedup and self._is_duplicate(topic, message, chunk, consumer):
+        if self._dedup and self._redeliveries.is_redelivery(topic, message.message_id()):
+            # acknowledged with this chunk, so only once everything sent before is persisted
+            chunk.inputs.append((consumer, message))
             return
         serde = self._input_serdes.get(topic) or self._serde_for(topic)
         try:
@@ -405,7 +408,7 @@ class FunctionInstance:
         if event_time:
             kwargs["event_timestamp"] = event_time
         if self._dedup:
-            kwargs["sequence_id"] = _sequence_id(message.message_id())
+            kwargs["sequence_id"] = sequence_id(message.message_id())
         return kwargs
 
     def _serde_for(self, topic: str) -> SerDe:
@@ -418,7 +421,7 @@ class FunctionInstance:
         """Have a failed input come again: a negative ack, or for an ordered (Failover)
         subscription a rewind, since brokers redeliver those only on reconnect."""
         if self._dedup:
-            self._retrying.add(_position(message.message_id()))
+            self._redeliveries.retry(message.message_id())
         if self._ordered:
             self._rewind = True
         else:
@@ -454,21 +457,6 @@ class FunctionInstance:
         if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
             self._redeliver(consumer, message)
 
-    def _is_duplicate(self, topic: str, message: Any, chunk: Chunk, consumer: Any) -> bool:
-        """EFFECTIVELY_ONCE: skip a redelivered message already applied on this partition;
-        its acknowledgement follows the current chunk, so it is acked only once everything
-        sent before it is persisted."""
-        position = _position(message.message_id())
-        last = self._last_applied.get(topic)
-        if last is not None and position <= last:
-            if position in self._retrying:
-                self._retrying.discard(position)
-                return False
-            chunk.inputs.append((consumer, message))
-            return True
-        self._last_applied[topic] = position
-        return False
-
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
         if self._in_invocation:
             self._in_invocation = False
@@ -485,8 +473,9 @@ class FunctionInstance:
             if result != pulsar.Result.Ok and not chunk.error:
                 chunk.error = f"send failed: {result}"
             chunk.pending -= 1
-            if chunk.pending > 0:
+            if chunk.pending > 0 or chunk.settled:
                 continue
+            chunk.settled = True
             self._unacked -= len(chunk.inputs)
             if chunk.error:
                 self.metrics.record_system_exception(chunk.error)
@@ -558,28 +547,5 @@ class FunctionInstance:
         consumer.acknowledge(message_id)
 
 
-def _compile(pattern: str) -> Any:
-    import re
-
+def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile(full_topic_name(pattern) if "://" not in pattern else pattern)
-
-
-def _position(message_id: Any) -> tuple[int, int, int]:
-    """A message's place in its topic partition, comparable and hashable."""
-    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
-
-
-def _sequence_id(message_id: Any) -> int:
-    """A sequence id that grows with the input's position, so a broker with deduplication
-    drops the output of a replayed input (EFFECTIVELY_ONCE)."""
-    return int(
-        (message_id.ledger_id() << 40)
-        | (message_id.entry_id() << 12)
-        | ((message_id.batch_index() + 1) & 0xFFF)
-    )
-
-
-def _with_worker(snapshot: MetricsSnapshot, worker_id: str) -> MetricsSnapshot:
-    from dataclasses import replace
-
-    return replace(snapshot, worker_id=worker_id)

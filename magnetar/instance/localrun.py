@@ -94,6 +94,7 @@ class LocalRun:
         self._on_metrics = on_metrics
         self._report_interval_s = report_interval_s
         self._stop = threading.Event()
+        self._force = False
         self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
         self.snapshots: dict[int, MetricsSnapshot] = {}
         self.errors: dict[int, str] = {}
@@ -110,7 +111,10 @@ class LocalRun:
             raise InstanceError(str(error)) from None
 
     def stop(self) -> None:
-        """Ask every instance to stop gracefully (safe from a signal handler)."""
+        """Ask every instance to stop gracefully; asked again, kill them (safe from a
+        signal handler, so a second Ctrl-C ends a function stuck in user code)."""
+        if self._stop.is_set():
+            self._force = True
         self._stop.set()
 
     def run(self) -> int:
@@ -134,8 +138,15 @@ class LocalRun:
             if self._stop.is_set() and stop_sent_at is None:
                 stop_sent_at = time.monotonic()
                 self._signal_all(signal.SIGTERM)
-            if stop_sent_at is not None and time.monotonic() - stop_sent_at > _STOP_GRACE_S:
-                log.warning("instances did not stop within %.0fs; killing them", _STOP_GRACE_S)
+            if stop_sent_at is not None and (
+                self._force or time.monotonic() - stop_sent_at > _STOP_GRACE_S
+            ):
+                log.warning(
+                    "killing the instances: %s",
+                    "asked twice"
+                    if self._force
+                    else f"they did not stop within {_STOP_GRACE_S:.0f}s",
+                )
                 self._signal_all(signal.SIGKILL)
                 break
             try:
@@ -160,8 +171,12 @@ class LocalRun:
             if self._on_metrics is not None and time.monotonic() >= next_report:
                 self._on_metrics(dict(self.snapshots))
                 next_report = time.monotonic() + self._report_interval_s
-        for process in self._processes.values():
+        for instance_id, process in self._processes.items():
             process.join(5)
+            if instance_id not in exited:
+                self.errors.setdefault(
+                    instance_id, f"instance killed (exit code {process.exitcode})"
+                )
         self._drain_reports(reports)
         return 1 if self.errors else 0
 

@@ -354,3 +354,25 @@ def test_missing_code_is_reported_on_start(client: pulsar.Client, topic: str) ->
     instance = FunctionInstance(config, client, InstanceOptions())
     with pytest.raises(InstanceError, match=r"function file .*nope\.py does not exist"):
         instance.start()
+
+
+def test_output_too_large_for_the_broker_is_dead_lettered_not_lost(
+    client: pulsar.Client, run_function: RunFunction, topic: str
+) -> None:
+    source = EXAMPLES.parent / "build" / "inflate_fn.py"
+    source.parent.mkdir(exist_ok=True)
+    source.write_text(
+        "def process(input):\n    return input * 6_000_000 if input == 'x' else input\n"
+    )
+    instance = run_function(
+        py=str(source),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        dead_letter_topic=f"{topic}-dlq",
+    )
+    produce(client, topic, ["a", "x", "b"])
+    assert sorted(values(collect(client, f"{topic}-out", 2))) == ["a", "b"]
+    assert values(collect(client, f"{topic}-dlq", 1, timeout=20)) == ["x"]
+    wait_for(lambda: instance.metrics.system_exceptions >= 2)
+    assert "MessageTooBig" in instance.snapshot().latest_system_exceptions[0].exception_string

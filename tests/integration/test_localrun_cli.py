@@ -298,3 +298,30 @@ def test_invalid_config_and_unreachable_broker(cli_env: dict[str, str], topic: s
     )
     assert bad_json.returncode == 2
     assert "--user-config must be JSON" in bad_json.stderr
+
+
+def test_second_ctrl_c_kills_a_function_stuck_in_user_code(
+    localrun,
+    client: pulsar.Client,
+    topic: str,  # type: ignore[no-untyped-def]
+) -> None:
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "slow.py"),
+        "--name",
+        "stuck",
+        "--inputs",
+        topic,
+        "--subs-position",
+        "Earliest",
+    )
+    run.wait_for_stderr("Running")
+    produce(client, topic, ["hang"])
+    time.sleep(1.0)
+    run.process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    started = time.monotonic()
+    code, _ = run.interrupt(signal.SIGINT, timeout=20)
+    assert time.monotonic() - started < 10
+    assert code == 1
+    assert "instance 0 failed" in run.stderr

@@ -1,0 +1,44 @@
+"""Skipping redeliveries and deriving sequence ids from real pulsar message ids."""
+
+from __future__ import annotations
+
+import pulsar
+
+from magnetar.instance.positions import RedeliveryFilter, position, sequence_id
+
+
+def mid(ledger: int, entry: int, batch: int = -1) -> pulsar.MessageId:
+    return pulsar.MessageId(-1, ledger, entry, batch)
+
+
+def test_redeliveries_are_skipped_per_topic() -> None:
+    seen = RedeliveryFilter()
+    assert [seen.is_redelivery("a", mid(1, e)) for e in (0, 1, 2)] == [False, False, False]
+    assert seen.is_redelivery("a", mid(1, 1)) is True
+    assert seen.is_redelivery("a", mid(1, 2)) is True
+    assert seen.is_redelivery("b", mid(1, 1)) is False  # another partition, its own order
+    assert seen.is_redelivery("a", mid(1, 3)) is False
+
+
+def test_a_retried_message_passes_once() -> None:
+    seen = RedeliveryFilter()
+    for entry in range(5):
+        seen.is_redelivery("t", mid(2, entry))
+    seen.retry(mid(2, 1))
+    assert seen.is_redelivery("t", mid(2, 1)) is False
+    assert seen.is_redelivery("t", mid(2, 1)) is True
+
+
+def test_batch_index_orders_messages_inside_an_entry() -> None:
+    seen = RedeliveryFilter()
+    assert seen.is_redelivery("t", mid(3, 7, 0)) is False
+    assert seen.is_redelivery("t", mid(3, 7, 1)) is False
+    assert seen.is_redelivery("t", mid(3, 7, 0)) is True
+    assert position(mid(3, 7, 1)) == (3, 7, 1)
+
+
+def test_sequence_ids_grow_with_the_position() -> None:
+    ids = [mid(1, 0), mid(1, 0, 0), mid(1, 0, 1), mid(1, 1), mid(2, 0)]
+    ordered = sorted(ids, key=position)
+    assert [sequence_id(m) for m in ordered] == sorted(sequence_id(m) for m in ids)
+    assert len({sequence_id(m) for m in ids}) == len(ids)
