@@ -17,7 +17,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker_probe import check_broker
@@ -25,58 +24,13 @@ from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.loader import load_function
 from magnetar.instance.metrics import MetricsSnapshot
+from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
 
 __all__ = ["LocalRun"]
 
 log = logging.getLogger(__name__)
 
 _STOP_GRACE_S = 45.0
-
-
-@dataclass(frozen=True)
-class _Exit:
-    instance_id: int
-    error: str
-
-
-def _instance_main(
-    config_json: str, broker_url: str, instance_id: int, reports: Any, log_level: int
-) -> None:
-    """Entry point of an instance process."""
-    import pulsar
-
-    from magnetar.instance.instance import FunctionInstance, InstanceOptions
-
-    logging.basicConfig(
-        level=log_level,
-        format=f"%(asctime)s [instance {instance_id}] %(levelname)s %(name)s: %(message)s",
-    )
-    config = FunctionConfig.model_validate_json(config_json)
-    client = pulsar.Client(
-        broker_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=15,
-    )
-    instance = FunctionInstance(
-        config,
-        client,
-        InstanceOptions(instance_id=instance_id, metrics_interval_s=1.0),
-        on_metrics=reports.put,
-    )
-
-    def stop(signum: int, frame: Any) -> None:
-        instance.stop(drain=True)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    error = ""
-    try:
-        instance.run()
-    except Exception as failure:
-        error = f"{type(failure).__name__}: {failure}"
-    finally:
-        client.close()
-        reports.put(_Exit(instance_id, error))
 
 
 class LocalRun:
@@ -124,9 +78,10 @@ class LocalRun:
         config_json = self.config.model_dump_json(by_alias=True, exclude_none=True)
         level = logging.getLogger().getEffectiveLevel()
         for instance_id in range(self.config.parallelism):
+            spec = InstanceProcessSpec(config_json, self.broker_url, instance_id, level)
             child = context.Process(
-                target=_instance_main,
-                args=(config_json, self.broker_url, instance_id, reports, level),
+                target=run_instance_process,
+                args=(spec, reports),
                 name=f"{self.config.fqfn}:{instance_id}",
             )
             child.start()
@@ -155,7 +110,7 @@ class LocalRun:
                 report = None
             if isinstance(report, MetricsSnapshot):
                 self.snapshots[report.instance_id] = report
-            elif isinstance(report, _Exit):
+            elif isinstance(report, InstanceExit):
                 exited.add(report.instance_id)
                 if report.error:
                     self.errors[report.instance_id] = report.error

@@ -1,0 +1,84 @@
+"""An instance in a process of its own: the entry point localrun and the worker's process
+runtime start, and what it reports back.
+
+Running on the process's main thread lets ``timeoutMs`` interrupt a runaway invocation;
+SIGTERM and SIGINT stop the instance gracefully. Reports go through a multiprocessing queue:
+a ``MetricsSnapshot`` every ``metrics_interval_s`` and an ``InstanceExit`` last.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process"]
+
+
+@dataclass(frozen=True)
+class InstanceProcessSpec:
+    """Everything an instance process needs (picklable)."""
+
+    config_json: str
+    """The FunctionConfig as JSON."""
+    broker_url: str
+    """Pulsar service URL."""
+    instance_id: int
+    """Index of the instance among the function's instances."""
+    log_level: int = logging.INFO
+    """Level of the process log."""
+    worker_id: str = ""
+    """The worker running the instance (in its status)."""
+    function_version: str = ""
+    """Version of the function, as the context reports it."""
+    metrics_interval_s: float = 1.0
+    """How often a MetricsSnapshot is reported."""
+
+
+@dataclass(frozen=True)
+class InstanceExit:
+    """The last report of an instance process; ``error`` is empty after a clean stop."""
+
+    instance_id: int
+    error: str
+
+
+def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
+    """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue."""
+    import pulsar
+
+    from magnetar.instance.config import FunctionConfig
+    from magnetar.instance.instance import FunctionInstance, InstanceOptions
+
+    logging.basicConfig(
+        level=spec.log_level,
+        format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
+    )
+    config = FunctionConfig.model_validate_json(spec.config_json)
+    client = pulsar.Client(
+        spec.broker_url,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        operation_timeout_seconds=15,
+    )
+    options = InstanceOptions(
+        instance_id=spec.instance_id,
+        metrics_interval_s=spec.metrics_interval_s,
+        worker_id=spec.worker_id,
+        function_version=spec.function_version,
+    )
+    instance = FunctionInstance(config, client, options, on_metrics=reports.put)
+
+    def stop(signum: int, frame: Any) -> None:
+        instance.stop(drain=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    error = ""
+    try:
+        instance.run()
+    except Exception as failure:
+        error = f"{type(failure).__name__}: {failure}"
+    finally:
+        client.close()
+        reports.put(InstanceExit(spec.instance_id, error))
