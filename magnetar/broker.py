@@ -59,7 +59,8 @@ class EmbeddedBroker:
     """A pulsar-lite broker process with a data directory, usable as a context manager.
 
     ``port=None`` picks a free loopback port. The broker's own log goes to
-    ``<data_dir>/broker.log``.
+    ``<data_dir>/broker.log``. ``keep_alive_s`` sets how often the broker pings clients
+    (and how long it waits for the answer) to find dead connections.
     """
 
     def __init__(
@@ -68,11 +69,13 @@ class EmbeddedBroker:
         port: int | None = None,
         host: str = "127.0.0.1",
         startup_timeout: float = 15.0,
+        keep_alive_s: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
         self.startup_timeout = startup_timeout
+        self.keep_alive_s = keep_alive_s
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -92,7 +95,7 @@ class EmbeddedBroker:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             config = self.data_dir / "pulsar-lite.toml"
-            config.write_text(_CONFIG)
+            config.write_text(self._config_text())
         except OSError as error:
             raise BrokerError(
                 f"cannot use {self.data_dir} as the broker's data directory: {error.strerror}"
@@ -127,6 +130,15 @@ class EmbeddedBroker:
             log.close()
         self._wait_until_ready()
         return self
+
+    def _config_text(self) -> str:
+        if self.keep_alive_s is None:
+            return _CONFIG
+        # Pinging clients this often finds a paused or vanished client within ~2x this.
+        return (
+            f"keep_alive_interval_secs = {self.keep_alive_s}\n"
+            f"connection_liveness_check_timeout_secs = {self.keep_alive_s}\n{_CONFIG}"
+        )
 
     def _wait_until_ready(self) -> None:
         assert self._process is not None and self.port is not None

@@ -8,6 +8,7 @@ import click
 
 from magnetar.cli.functions import functions
 from magnetar.cli.topics import topics
+from magnetar.cli.worker import standalone, worker
 
 __all__ = ["CliContext", "main"]
 
@@ -56,3 +57,5 @@ def main(ctx: click.Context, admin_url: str, broker_url: str | None, output_form
 main.add_command(functions)
 if topics:
     main.add_command(topics)
+main.add_command(worker)
+main.add_command(standalone)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.client import subscribe
 from magnetar.instance.config import (
     FunctionConfig,
     ProcessingGuarantees,
@@ -247,7 +248,7 @@ class FunctionInstance:
         targets += [_compile(p) for p in config.input_patterns()]
         for target in targets:
             try:
-                consumer = self._client.subscribe(target, config.subscription_name, **kwargs)
+                consumer = subscribe(self._client, target, config.subscription_name, **kwargs)
             except Exception as error:
                 if not isinstance(target, list):
                     raise InstanceError(

@@ -46,8 +46,7 @@ class InstanceExit:
 
 def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
     """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue."""
-    import pulsar
-
+    from magnetar.client import create_client
     from magnetar.instance.config import FunctionConfig
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
 
@@ -56,11 +55,7 @@ def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
         format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
     )
     config = FunctionConfig.model_validate_json(spec.config_json)
-    client = pulsar.Client(
-        spec.broker_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=15,
-    )
+    client = create_client(spec.broker_url)
     options = InstanceOptions(
         instance_id=spec.instance_id,
         metrics_interval_s=spec.metrics_interval_s,

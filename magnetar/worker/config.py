@@ -1,0 +1,95 @@
+"""WorkerConfig: typed, frozen settings of one worker, from a YAML file, the environment
+(``MAGNETAR_*``) and flags, in increasing precedence."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from magnetar.worker.exceptions import WorkerConfigError
+
+__all__ = ["WorkerConfig", "load_worker_config"]
+
+
+class WorkerConfig(BaseModel):
+    """Settings of one worker."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """Unique id of the worker in its cluster."""
+    broker_url: str = "pulsar://127.0.0.1:6650"
+    """Pulsar service URL."""
+    http_host: str = "127.0.0.1"
+    """Address the REST admin API listens on."""
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    """Port of the REST admin API."""
+    advertised_url: str | None = None
+    """URL other workers use to reach this one; http://http_host:http_port by default."""
+    data_dir: Path = Path(".magnetar/worker")
+    """Package cache and instance work files."""
+    system_namespace: str = "public/functions"
+    """Namespace of the system topics."""
+    metadata_topic: str = "metadata"
+    """Function metadata topic (the replicated state machine)."""
+    coordination_topic: str = "coordinate"
+    """Membership heartbeats; its Failover subscription elects the leader."""
+    assignments_topic: str = "assignments"
+    """Where the leader publishes the assignment of instances to workers."""
+    packages_topic: str = "packages"
+    """Function code packages, content-addressed."""
+    heartbeat_interval_s: float = Field(default=0.5, gt=0)
+    """How often the worker announces itself."""
+    liveness_timeout_s: float = Field(default=3.0, gt=0)
+    """A worker not heard from for this long is removed and its instances moved."""
+    scheduler: Literal["least-loaded-sticky", "round-robin"] = "least-loaded-sticky"
+    """How instances are placed on workers."""
+    runtime: Literal["process", "thread"] = "process"
+    """One OS process per instance, or threads inside the worker."""
+    restart_backoff_initial_s: float = Field(default=0.5, gt=0)
+    """First delay before restarting a crashed instance."""
+    restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    """Longest delay between restarts of a crashing instance."""
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a REST call waits for the cluster (leader, replication)."""
+
+    def system_topic(self, name: str) -> str:
+        return f"persistent://{self.system_namespace}/{name}"
+
+    @property
+    def admin_url(self) -> str:
+        return self.advertised_url or f"http://{self.http_host}:{self.http_port}"
+
+
+_ENV_PREFIX = "MAGNETAR_"
+
+
+def load_worker_config(path: Path | None = None, **flags: Any) -> WorkerConfig:
+    """The config from ``path`` (YAML), then ``MAGNETAR_<FIELD>`` variables, then ``flags``
+    (None values are ignored)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise WorkerConfigError(f"cannot read worker config {path}: {error}") from None
+        if not isinstance(loaded, dict):
+            raise WorkerConfigError(f"worker config {path} must be a mapping")
+        data.update({key.replace("-", "_"): value for key, value in loaded.items()})
+    for field in WorkerConfig.model_fields:
+        value = os.environ.get(_ENV_PREFIX + field.upper())
+        if value is not None:
+            data[field] = value
+    data.update({key: value for key, value in flags.items() if value is not None})
+    try:
+        return WorkerConfig.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors()
+        )
+        raise WorkerConfigError(f"invalid worker config: {problems}") from None

@@ -1,0 +1,203 @@
+"""The leader's duties: take over with a new term, write metadata, keep the assignment current.
+
+A worker becomes leader when its coordination consumer turns active. It first catches up on
+the metadata and assignments topics, then takes term = highest term seen + 1 and marks it on
+the metadata topic (fencing: the broker may not enforce exclusive producers, so records of
+a deposed leader are recognized by their lower term). From then on it reschedules whenever
+functions, members, drains or a rebalance request change what should run where.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from magnetar.worker.assignments import AssignmentManager, AssignmentRecord
+from magnetar.worker.exceptions import NotLeaderError
+from magnetar.worker.membership import Membership
+from magnetar.worker.metadata import FunctionRecord, MetadataManager
+from magnetar.worker.model import WorkerInfo, instance_key
+from magnetar.worker.scheduler import Scheduler
+
+__all__ = ["LeaderService"]
+
+log = logging.getLogger(__name__)
+
+
+class LeaderService:
+    """Runs on every worker; acts only while this worker is the leader."""
+
+    def __init__(
+        self,
+        me: WorkerInfo,
+        membership: Membership,
+        metadata: MetadataManager,
+        assignments: AssignmentManager,
+        scheduler: Scheduler,
+        heartbeat_interval_s: float,
+        write_timeout_s: float,
+    ) -> None:
+        self._me = me
+        self._membership = membership
+        self._metadata = metadata
+        self._assignments = assignments
+        self._scheduler = scheduler
+        self._settle_s = 2 * heartbeat_interval_s
+        self._timeout = write_timeout_s
+        self._term: int | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._rebalance_requested = False
+        self._draining: set[str] | None = None
+        self._thread = threading.Thread(target=self._run, name="leader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(10)
+
+    def notify(self) -> None:
+        """Something changed (functions, members): reschedule soon, if leader."""
+        self._wake.set()
+
+    def on_leadership(self, leader: bool) -> None:
+        self._wake.set()
+
+    @property
+    def term(self) -> int | None:
+        """The term this worker leads, None when it is not an established leader."""
+        return self._term
+
+    # --- requests -----------------------------------------------------------------------
+
+    def write_function(
+        self, fqfn: str, change: Callable[[FunctionRecord | None], FunctionRecord | None]
+    ) -> FunctionRecord | None:
+        """Replicate a change to one function; NotLeaderError on any other worker."""
+        term = self._term
+        if term is None:
+            raise NotLeaderError(f"{self._me.worker_id} is not the leader")
+        record = self._metadata.write(term, fqfn, change, self._timeout)
+        self.notify()
+        return record
+
+    def rebalance(self) -> None:
+        self._require_leader()
+        with self._lock:
+            self._rebalance_requested = True
+        self.notify()
+
+    def drain(self, worker_id: str, drain: bool = True) -> None:
+        """Move every instance off ``worker_id`` and give it none (``drain=False`` undoes)."""
+        self._require_leader()
+        with self._lock:
+            draining = set(self._current_draining())
+            if drain:
+                draining.add(worker_id)
+            else:
+                draining.discard(worker_id)
+            self._draining = draining
+        self.notify()
+
+    def draining(self) -> set[str]:
+        with self._lock:
+            return set(self._current_draining())
+
+    def _current_draining(self) -> set[str]:
+        if self._draining is not None:
+            return self._draining
+        current = self._assignments.current
+        return set(current.draining) if current else set()
+
+    def _require_leader(self) -> None:
+        if self._term is None:
+            raise NotLeaderError(f"{self._me.worker_id} is not the leader")
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                self._step()
+            except NotLeaderError as error:
+                log.warning("stepping down: %s", error)
+                self._term = None
+            except Exception:
+                log.exception("leader step failed; retrying")
+                self._stop.wait(0.5)
+                self._wake.set()
+
+    def _step(self) -> None:
+        if not self._membership.is_leader:
+            if self._term is not None:
+                log.info("%s stepped down from term %d", self._me.worker_id, self._term)
+                self._term = None
+                self._draining = None
+            return
+        if self._term is None:
+            self._take_over()
+        elif self._superseded():
+            raise NotLeaderError(f"a leader with a newer term than {self._term} exists")
+        self._reschedule()
+
+    def _take_over(self) -> None:
+        self._metadata.wait_caught_up(self._timeout)
+        self._assignments.wait_caught_up(self._timeout)
+        current = self._assignments.current
+        term = max(self._metadata.highest_term, current.term if current else 0) + 1
+        self._metadata.mark_term(term, self._timeout)
+        # Let a heartbeat round arrive, so the first assignment knows every live worker.
+        self._stop.wait(self._settle_s)
+        self._term = term
+        self._draining = set(current.draining) if current else set()
+        log.info("%s leads term %d", self._me.worker_id, term)
+
+    def _superseded(self) -> bool:
+        assert self._term is not None
+        current = self._assignments.current
+        newer_assignment = current is not None and current.term > self._term
+        return newer_assignment or self._metadata.highest_term > self._term
+
+    def _reschedule(self) -> None:
+        term = self._term
+        assert term is not None
+        with self._lock:
+            rebalance, self._rebalance_requested = self._rebalance_requested, False
+            draining = set(self._current_draining())
+        members = self._membership.members()
+        eligible = [w.worker_id for w in members if w.worker_id not in draining]
+        instances = [
+            instance_key(fqfn, i)
+            for fqfn, record in sorted(self._metadata.functions().items())
+            for i in range(record.function_config().parallelism)
+            if i not in record.stopped
+        ]
+        current = self._assignments.current
+        in_force = current.assignment if current else {}
+        assignment = self._scheduler.schedule(instances, in_force, eligible, rebalance=rebalance)
+        unchanged = (
+            current is not None
+            and current.term == term
+            and current.assignment == assignment
+            and current.workers == members
+            and set(current.draining) == draining
+        )
+        if unchanged:
+            return
+        version = current.version + 1 if current is not None and current.term == term else 1
+        record = AssignmentRecord(term, version, self._me, members, assignment, sorted(draining))
+        self._assignments.write(record, self._timeout)
+        log.info(
+            "assignment v%d of term %d: %d instances on %d workers",
+            version,
+            term,
+            len(assignment),
+            len(eligible),
+        )

@@ -1,0 +1,28 @@
+"""The worker's REST admin API (FastAPI), compatible with Apache Pulsar's paths."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from magnetar import __version__
+from magnetar.worker.rest.cluster import cluster_router
+from magnetar.worker.rest.errors import install_error_handlers
+from magnetar.worker.rest.functions import functions_router
+from magnetar.worker.rest.services import InstanceStatuses, RestServices
+
+__all__ = ["InstanceStatuses", "RestServices", "create_app"]
+
+
+def create_app(services: RestServices) -> FastAPI:
+    """The admin API of one worker, serving from ``services``."""
+    app = FastAPI(title="Magnetar worker", version=__version__)
+    app.state.services = services
+    install_error_handlers(app)
+    app.include_router(cluster_router)
+    app.include_router(functions_router)
+
+    @app.get("/version", tags=["worker"])
+    def version() -> dict[str, str]:
+        return {"version": __version__}
+
+    return app

@@ -1,0 +1,130 @@
+"""The worker paths under ``/admin/v2/worker``: membership, leader, assignments, rebalance,
+drain; plus the internal path a non-leader forwards function changes to."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import httpx
+from fastapi import APIRouter, Body, Query, Request
+
+from magnetar.worker.exceptions import LeaderUnavailableError, NotLeaderError
+from magnetar.worker.functions import FORWARD_PATH, FunctionChange
+from magnetar.worker.model import WorkerInfo
+from magnetar.worker.rest.errors import ApiError
+from magnetar.worker.rest.services import RestServices
+
+__all__ = ["cluster_router"]
+
+
+def _worker_json(worker: WorkerInfo) -> dict[str, Any]:
+    url = urlsplit(worker.admin_url)
+    return {
+        "workerId": worker.worker_id,
+        "workerHostname": url.hostname,
+        "port": url.port,
+        "adminUrl": worker.admin_url,
+    }
+
+
+def _services(request: Request) -> RestServices:
+    services: RestServices = request.app.state.services
+    return services
+
+
+def _leader(services: RestServices) -> WorkerInfo:
+    current = services.assignments.current
+    if current is None:
+        raise ApiError(503, "no leader is known yet; the cluster is starting")
+    return current.leader
+
+
+def _on_leader(
+    services: RestServices, method: str, path: str, params: dict[str, str] | None = None
+) -> None:
+    """Send a leader-only request to the leader when this worker is not it."""
+    leader = _leader(services)
+    try:
+        response = httpx.request(
+            method,
+            leader.admin_url.rstrip("/") + path,
+            params=params,
+            timeout=services.config.request_timeout_s,
+        )
+    except httpx.HTTPError as error:
+        raise LeaderUnavailableError(
+            f"the leader at {leader.admin_url} cannot be reached: {error}"
+        ) from None
+    if response.status_code >= 400:
+        raise ApiError(response.status_code, response.json().get("reason", response.text))
+
+
+cluster_router = APIRouter(prefix="/admin/v2/worker", tags=["worker"])
+
+
+@cluster_router.get("/cluster")
+def get_cluster(request: Request) -> list[dict[str, Any]]:
+    """The live workers, as the leader last published them."""
+    current = _services(request).assignments.current
+    return [_worker_json(w) for w in current.workers] if current else []
+
+
+@cluster_router.get("/cluster/leader")
+def get_leader(request: Request) -> dict[str, Any]:
+    return _worker_json(_leader(_services(request)))
+
+
+@cluster_router.get("/cluster/leader/ready")
+def get_ready(request: Request) -> bool:
+    """True once this worker has caught up and knows the leader; 503 before."""
+    if not _services(request).ready():
+        raise ApiError(503, "the worker is not ready yet: catching up with the cluster")
+    return True
+
+
+@cluster_router.get("/assignments")
+def get_assignments(request: Request) -> dict[str, list[str]]:
+    """Worker id -> the instance keys assigned to it."""
+    current = _services(request).assignments.current
+    result: dict[str, list[str]] = {}
+    if current is not None:
+        for key, worker_id in sorted(current.assignment.items()):
+            result.setdefault(worker_id, []).append(key)
+    return result
+
+
+@cluster_router.put("/rebalance")
+def rebalance(request: Request) -> None:
+    services = _services(request)
+    try:
+        services.leader.rebalance()
+    except NotLeaderError:
+        _on_leader(services, "PUT", "/admin/v2/worker/rebalance")
+
+
+@cluster_router.put("/leader/drain")
+def drain(request: Request, worker_id: str = Query(alias="workerId")) -> None:
+    """Move every instance off ``workerId`` and give it no new ones."""
+    services = _services(request)
+    try:
+        services.leader.drain(worker_id)
+    except NotLeaderError:
+        _on_leader(services, "PUT", "/admin/v2/worker/leader/drain", {"workerId": worker_id})
+
+
+@cluster_router.get("/leader/drain")
+def drain_status(request: Request, worker_id: str = Query(alias="workerId")) -> dict[str, Any]:
+    """Whether ``workerId`` is draining, and how many instances it still has."""
+    current = _services(request).assignments.current
+    draining = current is not None and worker_id in current.draining
+    left = sum(1 for w in (current.assignment.values() if current else []) if w == worker_id)
+    status = "NOT_RUN" if not draining else ("SUCCESS" if left == 0 else "IN_PROGRESS")
+    return {"workerId": worker_id, "status": status, "instancesLeft": left}
+
+
+@cluster_router.post(FORWARD_PATH.removeprefix("/admin/v2/worker"), include_in_schema=False)
+def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]) -> dict[str, int]:
+    """A function change forwarded by a worker that is not the leader."""
+    services = _services(request)
+    return {"version": services.functions.apply_forwarded(FunctionChange.from_json(change))}

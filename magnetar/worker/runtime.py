@@ -1,0 +1,345 @@
+"""Runtimes: how the worker runs one function instance (the seam under the runtime manager).
+
+A ``Runtime`` starts an instance from an ``InstanceSpec`` and hands back a ``RuntimeHandle``
+to stop, watch and query it. Two implementations:
+
+* ``ProcessRuntime`` (the default): one OS process per instance, started with the "spawn"
+  context as localrun does. The instance runs on that process's main thread, so ``timeoutMs``
+  is enforced, a crash or a leak in user code stays inside it, and instances use all cores.
+  Reports (metrics snapshots, the final exit) come back over a one-way pipe that the handle
+  reads whenever it is asked something; the runtime manager asks every liveness interval.
+* ``ThreadRuntime``: a ``FunctionInstance`` on a thread of the worker process. Cheaper to
+  start, but ``timeoutMs`` cannot be enforced (SIGALRM only interrupts the main thread), a
+  thread cannot be killed, and user code shares the worker's memory and GIL.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
+
+import pulsar
+
+from magnetar.instance.config import FunctionConfig
+from magnetar.instance.instance import FunctionInstance, InstanceOptions
+from magnetar.instance.metrics import MetricsSnapshot
+from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
+from magnetar.worker.model import instance_key
+
+__all__ = [
+    "RUNTIMES",
+    "InstanceSpec",
+    "ProcessRuntime",
+    "Runtime",
+    "RuntimeHandle",
+    "ThreadRuntime",
+    "make_runtime",
+]
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("process", "thread")
+"""The names ``make_runtime`` accepts; the first is the default."""
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One instance this worker should run; a different version or config means restart."""
+
+    fqfn: str
+    """``tenant/namespace/name`` of the function."""
+    instance_id: int
+    """Index of the instance among the function's ``parallelism`` instances."""
+    config: FunctionConfig
+    """The function's config; its ``py`` points at the code file on this worker's disk."""
+    version: int
+    """Version of the function record the spec comes from."""
+
+    @property
+    def key(self) -> str:
+        """The instance key used in assignments: ``tenant/namespace/name:instance_id``."""
+        return instance_key(self.fqfn, self.instance_id)
+
+
+class RuntimeHandle(Protocol):
+    """A started instance, as its runtime lets the worker control and observe it."""
+
+    @property
+    def pid(self) -> int | None:
+        """The instance's OS process; None when it runs on a thread of the worker."""
+        ...
+
+    def stop(self, drain: bool = True) -> None:
+        """Ask the instance to stop (returns at once); ``drain`` finishes in-flight messages."""
+        ...
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the instance has exited; False on timeout."""
+        ...
+
+    def kill(self) -> None:
+        """End the instance now; unacknowledged inputs are redelivered to another consumer."""
+        ...
+
+    def is_alive(self) -> bool:
+        """Whether the instance is still running (or still starting)."""
+        ...
+
+    def snapshot(self) -> MetricsSnapshot | None:
+        """The latest metrics the instance reported; None before its first report."""
+        ...
+
+    def exit_error(self) -> str:
+        """Why the instance exited; '' while it runs or after a clean stop."""
+        ...
+
+
+class Runtime(Protocol):
+    """Starts function instances; the runtime manager decides which and when."""
+
+    def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        """Start one instance and return at once (or once subscribed, for threads).
+
+        Failures of the function itself (bad code, unreachable topics) are not raised: the
+        handle reports them through ``is_alive()`` and ``exit_error()``.
+        """
+        ...
+
+
+# --- process runtime ------------------------------------------------------------------------
+
+
+class _ReportPipe:
+    """The instance process's end of the report pipe, with the ``put`` it reports through.
+
+    A write that fails means the worker is gone: the instance then stops itself gracefully
+    (SIGTERM runs the drain) instead of living on as an orphan nobody supervises.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._broken = False
+
+    def put(self, report: object) -> None:
+        if self._broken:
+            return
+        try:
+            self._connection.send(report)
+        except OSError:
+            self._broken = True
+            logging.getLogger(__name__).warning("the worker is gone; stopping the instance")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _ProcessHandle:
+    """An instance process and the reading end of its report pipe."""
+
+    def __init__(self, process: BaseProcess, reports: Connection) -> None:
+        self._process = process
+        self._reports: Connection | None = reports
+        self._lock = threading.Lock()
+        self._snapshot: MetricsSnapshot | None = None
+        self._exit: InstanceExit | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def stop(self, drain: bool = True) -> None:
+        # The instance process drains on SIGTERM; it has no "stop without draining", so
+        # that is a kill: its unacknowledged inputs are redelivered.
+        if drain:
+            self._process.terminate()
+        else:
+            self._process.kill()
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.is_alive():
+                self._read_reports()  # what it wrote just before exiting
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            # Wakes on a report (read it, so a full pipe never blocks the instance) or exit.
+            ready: list[Any] = [self._process.sentinel]
+            if self._reports is not None:
+                ready.append(self._reports)
+            wait(ready, remaining)
+
+    def is_alive(self) -> bool:
+        self._read_reports()
+        return self._process.is_alive()  # also reaps an exited process
+
+    def snapshot(self) -> MetricsSnapshot | None:
+        alive = self.is_alive()
+        snapshot = self._snapshot
+        if snapshot is not None and snapshot.running and not alive:
+            # killed before it could report that it stopped
+            snapshot = replace(snapshot, running=False)
+        return snapshot
+
+    def exit_error(self) -> str:
+        if self.is_alive():
+            return ""
+        self._read_reports()
+        if self._exit is not None:
+            return self._exit.error
+        code = self._process.exitcode
+        if code is None or code == 0:
+            return ""
+        if code < 0:
+            return f"the instance process was killed by {signal.Signals(-code).name}"
+        return f"the instance process exited with code {code}"
+
+    def _read_reports(self) -> None:
+        with self._lock:
+            reports = self._reports
+            try:
+                while reports is not None and reports.poll():
+                    report = reports.recv()
+                    if isinstance(report, MetricsSnapshot):
+                        self._snapshot = report
+                    elif isinstance(report, InstanceExit):
+                        self._exit = report
+            except (EOFError, OSError, pickle.UnpicklingError):
+                # The process has exited (or died mid-write): nothing more will come.
+                assert reports is not None
+                reports.close()
+                self._reports = None
+
+
+class ProcessRuntime:
+    """One OS process per instance (``run_instance_process``), started with "spawn"."""
+
+    def __init__(self, broker_url: str, worker_id: str, log_level: int = logging.INFO) -> None:
+        self.broker_url = broker_url
+        self.worker_id = worker_id
+        self.log_level = log_level
+        # spawn, not fork: the worker has threads (and pulsar-client's) that fork would copy
+        # in whatever state they are in.
+        self._context = multiprocessing.get_context("spawn")
+
+    def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        process_spec = InstanceProcessSpec(
+            config_json=spec.config.model_dump_json(by_alias=True, exclude_none=True),
+            broker_url=self.broker_url,
+            instance_id=spec.instance_id,
+            log_level=self.log_level,
+            worker_id=self.worker_id,
+            function_version=str(spec.version),
+        )
+        reader, writer = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=run_instance_process,
+            args=(process_spec, _ReportPipe(writer)),
+            name=f"magnetar-instance {spec.key}",
+            # a worker that exits without stopping its instances still takes them along
+            daemon=True,
+        )
+        try:
+            process.start()
+        except BaseException:
+            reader.close()
+            raise
+        finally:
+            # Only the child keeps a writing end, so reading sees EOF once it has exited.
+            writer.close()
+        return _ProcessHandle(process, reader)
+
+
+# --- thread runtime -------------------------------------------------------------------------
+
+
+class _ThreadHandle:
+    """A ``FunctionInstance`` running on a thread of the worker."""
+
+    pid: int | None = None
+
+    def __init__(self, instance: FunctionInstance) -> None:
+        self._instance = instance
+
+    def stop(self, drain: bool = True) -> None:
+        self._instance.stop(drain)
+
+    def kill(self) -> None:
+        # A thread cannot be killed: stop without draining; a thread stuck in user code
+        # keeps running until that code returns.
+        self._instance.stop(drain=False)
+
+    def wait(self, timeout: float) -> bool:
+        return self._instance.wait(timeout)
+
+    def is_alive(self) -> bool:
+        return not self._instance.wait(0)
+
+    def snapshot(self) -> MetricsSnapshot | None:
+        return self._instance.snapshot()
+
+    def exit_error(self) -> str:
+        error = self._instance.error
+        return "" if error is None else f"{type(error).__name__}: {error}"
+
+
+class ThreadRuntime:
+    """Instances on threads of the worker process, sharing the worker's pulsar client.
+
+    ``timeoutMs`` is not enforced here (only the main thread can be interrupted by SIGALRM),
+    and ``kill()`` cannot end a thread stuck in user code: use the process runtime for
+    untrusted or long-running functions.
+    """
+
+    def __init__(self, client: pulsar.Client, worker_id: str) -> None:
+        self.client = client
+        self.worker_id = worker_id
+
+    def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        if spec.config.timeout_ms:
+            log.warning(
+                "%s: timeoutMs=%d is not enforced by the thread runtime",
+                spec.key,
+                spec.config.timeout_ms,
+            )
+        options = InstanceOptions(
+            instance_id=spec.instance_id,
+            worker_id=self.worker_id,
+            function_version=str(spec.version),
+        )
+        instance = FunctionInstance(spec.config, self.client, options)
+        try:
+            instance.start()
+        except Exception as error:
+            # The instance records the error and is done: the handle reports it as a crash.
+            log.debug("%s failed to start: %s", spec.key, error)
+        return _ThreadHandle(instance)
+
+
+def make_runtime(
+    name: str,
+    *,
+    broker_url: str,
+    worker_id: str,
+    client: pulsar.Client | None = None,
+    log_level: int = logging.INFO,
+) -> Runtime:
+    """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``)."""
+    if name == "process":
+        return ProcessRuntime(broker_url, worker_id, log_level)
+    if name == "thread":
+        if client is None:
+            raise ValueError("the thread runtime needs the worker's pulsar client")
+        return ThreadRuntime(client, worker_id)
+    raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(RUNTIMES)}")

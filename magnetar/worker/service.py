@@ -1,0 +1,171 @@
+"""The worker service: the composition root that builds the managers and wires them.
+
+Nothing imports this module but the CLI; every manager receives what it needs here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import uvicorn
+
+from magnetar.client import create_client
+from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.config import WorkerConfig
+from magnetar.worker.functions import FunctionManager
+from magnetar.worker.leader import LeaderService
+from magnetar.worker.membership import Membership
+from magnetar.worker.metadata import MetadataManager
+from magnetar.worker.model import WorkerInfo
+from magnetar.worker.packages import PackageStore
+from magnetar.worker.reconciler import InstanceReconciler
+from magnetar.worker.rest import RestServices, create_app
+from magnetar.worker.runtime import make_runtime
+from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
+from magnetar.worker.scheduler import make_scheduler
+
+__all__ = ["WorkerService"]
+
+log = logging.getLogger(__name__)
+
+
+class WorkerService:
+    """One Magnetar worker: control plane, runtime and REST API, with one lifecycle."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self._stopped = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._http_thread: threading.Thread | None = None
+
+    def start(self) -> WorkerService:
+        """Start every component; returns once the REST API is listening."""
+        config = self.config
+        me = WorkerInfo(config.worker_id, config.admin_url)
+        client = self._client = create_client(config.broker_url)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.packages = PackageStore(
+            client, config.system_topic(config.packages_topic), config.data_dir / "packages"
+        )
+        self.metadata = MetadataManager(
+            client, config.system_topic(config.metadata_topic), on_change=self._on_metadata_change
+        )
+        self.assignments = AssignmentManager(
+            client,
+            config.system_topic(config.assignments_topic),
+            on_change=lambda record: self.reconciler.notify(),
+        )
+        self.membership = Membership(
+            client,
+            config.system_topic(config.coordination_topic),
+            me,
+            config.heartbeat_interval_s,
+            config.liveness_timeout_s,
+            on_leadership=self._on_leadership,
+            on_members_changed=self._on_members_changed,
+        )
+        self.leader = LeaderService(
+            me,
+            self.membership,
+            self.metadata,
+            self.assignments,
+            make_scheduler(config.scheduler),
+            config.heartbeat_interval_s,
+            config.request_timeout_s,
+        )
+        runtime = make_runtime(
+            config.runtime, broker_url=config.broker_url, worker_id=config.worker_id, client=client
+        )
+        self.runtime = RuntimeManager(
+            runtime,
+            config.worker_id,
+            BackoffPolicy(
+                initial_s=config.restart_backoff_initial_s, max_s=config.restart_backoff_max_s
+            ),
+        )
+        self.reconciler = InstanceReconciler(
+            config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
+        )
+        self.functions = FunctionManager(
+            self.metadata, self.assignments, self.leader, config.request_timeout_s
+        )
+        services = RestServices(
+            config,
+            self.metadata,
+            self.assignments,
+            self.membership,
+            self.leader,
+            self.functions,
+            self.packages,
+            self.runtime,
+        )
+        self.metadata.start()
+        self.assignments.start()
+        self.runtime.start()
+        self.reconciler.start()
+        self.leader.start()
+        self.membership.start()
+        self._serve(create_app(services))
+        log.info(
+            "worker %s started: REST API at %s, broker %s",
+            config.worker_id,
+            config.admin_url,
+            config.broker_url,
+        )
+        return self
+
+    # The managers call back into each other; these bind late, after all are built.
+    def _on_leadership(self, leader: bool) -> None:
+        self.leader.on_leadership(leader)
+
+    def _on_members_changed(self) -> None:
+        self.leader.notify()
+
+    def _on_metadata_change(self) -> None:
+        self.leader.notify()
+        self.reconciler.notify()
+
+    def _serve(self, app: Any) -> None:
+        server = self._server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=self.config.http_host,
+                port=self.config.http_port,
+                log_level="warning",
+                access_log=False,
+            )
+        )
+        self._http_thread = threading.Thread(target=server.run, name="http", daemon=True)
+        self._http_thread.start()
+        while not server.started:
+            if not self._http_thread.is_alive():
+                raise OSError(
+                    f"the REST API could not listen on {self.config.http_host}:"
+                    f"{self.config.http_port} (is the port taken?)"
+                )
+            self._stopped.wait(0.05)
+
+    def stop(self, drain: bool = True) -> None:
+        """Leave the cluster: stop heartbeats (so leadership moves), stop the instances
+        (gracefully with ``drain``), then everything else."""
+        if self._stopped.is_set():
+            return
+        self.membership.stop()
+        self.leader.stop()
+        self.reconciler.stop()
+        self.runtime.stop(drain=drain)
+        self.runtime.wait(60)
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._http_thread is not None:
+            self._http_thread.join(10)
+        self.assignments.stop()
+        self.metadata.stop()
+        self._client.close()
+        self._stopped.set()
+        log.info("worker %s stopped", self.config.worker_id)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)

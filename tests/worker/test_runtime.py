@@ -1,0 +1,247 @@
+"""The runtime manager against the real broker: instances start, survive crashes, stop."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from magnetar.worker.runtime import InstanceSpec, ProcessRuntime, ThreadRuntime, make_runtime
+from magnetar.worker.runtime_manager import BackoffPolicy
+from tests.integration.conftest import collect, produce, values, wait_for
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    pid_exists,
+    receive_until,
+)
+
+EXCLAMATION = {"example": "exclamation.py", "class_name": "exclamation.ExclamationFunction"}
+
+
+def test_process_runtime_runs_each_instance_in_its_own_process(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out", parallelism=2)
+    specs = instance_specs(config)
+    manager = start_manager()
+    manager.apply(specs)
+    produce(client, topic, [f"hello-{i}" for i in range(20)])
+
+    assert sorted(values(collect(client, f"{topic}-out", 20))) == sorted(
+        f"hello-{i}!" for i in range(20)
+    )
+    wait_for(lambda: sum(s.processed for s in manager.statuses().values()) == 20)
+    assert manager.running_keys() == set(specs)
+    pids = {manager.pid(key) for key in specs}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert all(pid is not None and pid_exists(pid) for pid in pids)
+    for key, spec in specs.items():
+        status = manager.statuses()[key].status()
+        assert status["instanceId"] == spec.instance_id
+        assert status["status"]["running"] is True
+        assert status["status"]["error"] == ""
+        assert status["status"]["numRestarts"] == 0
+        assert status["status"]["workerId"] == WORKER_ID
+
+
+def test_killed_instance_process_is_restarted_and_counted(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out")
+    (key,) = specs = instance_specs(config)
+    manager = start_manager()
+    manager.apply(specs)
+    produce(client, topic, [f"before-{i}" for i in range(10)])
+    assert sorted(values(collect(client, f"{topic}-out", 10))) == sorted(
+        f"before-{i}!" for i in range(10)
+    )
+    first_pid = manager.pid(key)
+    assert first_pid is not None
+
+    os.kill(first_pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_for(lambda: manager.pid(key) not in (None, first_pid) and key in manager.running_keys())
+    assert time.monotonic() - killed_at < 3.0
+    assert not pid_exists(first_pid)
+
+    after = {f"after-{i}!" for i in range(10)}
+    produce(client, topic, [f"after-{i}" for i in range(10)])
+    # at-least-once: inputs not yet acknowledged at the kill may come again, none is lost
+    assert after <= set(receive_until(client, f"{topic}-out", after))
+    status = manager.status(key)
+    assert status is not None
+    assert status.running is True
+    assert status.num_restarts == 1
+    crashes = [e.exception_string for e in status.latest_system_exceptions]
+    assert any("SIGKILL" in crash for crash in crashes), crashes
+
+
+def test_function_failing_at_import_is_restarted_with_growing_backoff(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken_fn.py"
+    broken.write_text(
+        "raise RuntimeError('model file missing')\n\ndef process(input):\n    return input\n"
+    )
+    (broken_key,) = broken_specs = instance_specs(function_config(py=str(broken), inputs=[topic]))
+    healthy = instance_specs(
+        function_config(**EXCLAMATION, inputs=[f"{topic}-2"], output=f"{topic}-2-out")
+    )
+    manager = start_manager(
+        restart_backoff=BackoffPolicy(initial_s=0.3, multiplier=3.0, max_s=10.0),
+        liveness_interval_s=0.1,
+    )
+    manager.apply({**broken_specs, **healthy})
+
+    restarted_at: dict[int, float] = {}
+    errors: set[str] = set()
+    deadline = time.monotonic() + 20
+    while len(restarted_at) < 3 and time.monotonic() < deadline:
+        status = manager.status(broken_key)
+        assert status is not None
+        if status.num_restarts and status.num_restarts not in restarted_at:
+            restarted_at[status.num_restarts] = time.monotonic()
+        if not status.running and status.error:
+            errors.add(status.error)
+        time.sleep(0.02)
+    assert sorted(restarted_at) == [1, 2, 3], restarted_at
+    # delays of 0.3 s, 0.9 s, 2.7 s, each after the same start-and-fail time
+    first_gap = restarted_at[2] - restarted_at[1]
+    second_gap = restarted_at[3] - restarted_at[2]
+    assert second_gap - first_gap > 1.0, (first_gap, second_gap)
+    assert errors and all("model file missing" in error for error in errors), errors
+    status = manager.status(broken_key)
+    assert status is not None
+    assert any("model file missing" in e.exception_string for e in status.latest_system_exceptions)
+
+    # the manager itself is unharmed: the other function still works
+    produce(client, f"{topic}-2", ["still here"])
+    assert values(collect(client, f"{topic}-2-out", 1)) == ["still here!"]
+
+
+def test_apply_restarts_a_changed_version_and_stops_a_removed_instance(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out")
+    (key,) = instance_specs(config)
+    manager = start_manager()
+    manager.apply(instance_specs(config, version=1))
+    produce(client, topic, ["one"])
+    assert values(collect(client, f"{topic}-out", 1)) == ["one!"]
+    first_pid = manager.pid(key)
+    assert first_pid is not None
+
+    manager.apply(instance_specs(config, version=2))
+    wait_for(lambda: manager.pid(key) not in (None, first_pid))
+    assert not pid_exists(first_pid)  # the old version exited before the new one started
+    produce(client, topic, ["two"])
+    assert values(collect(client, f"{topic}-out", 1)) == ["two!"]
+    second_pid = manager.pid(key)
+    assert second_pid is not None
+
+    manager.apply({})
+    assert manager.status(key) is None
+    assert manager.running_keys() == set()
+    wait_for(lambda: not pid_exists(second_pid))
+
+
+def test_instance_stuck_in_user_code_is_killed_after_the_stop_timeout(
+    client: pulsar.Client,
+    start_manager: StartManager,
+    topic: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = function_config("slow.py", inputs=[topic], output=f"{topic}-out")
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(stop_timeout_s=1.0)
+    manager.apply(specs)
+    # One batch, so all three are in one chunk. An instance holds a chunk's last output
+    # until the chunk ends, so "first" coming out proves "second" was processed and "hang"
+    # is next.
+    producer = client.create_producer(topic, batching_enabled=True)
+    for value in ("first", "second", "hang"):
+        producer.send_async(value.encode(), None)
+    producer.flush()
+    producer.close()
+    assert values(collect(client, f"{topic}-out", 1)) == ["first"]
+    pid = manager.pid(key)
+    assert pid is not None
+
+    with caplog.at_level(logging.WARNING, logger="magnetar.worker.runtime_manager"):
+        started = time.monotonic()
+        manager.apply({})
+        assert time.monotonic() - started < 0.5  # apply does not wait for the drain
+        wait_for(lambda: not pid_exists(pid), timeout=10)
+    assert "did not stop within 1 s; killing it" in caplog.text
+
+
+def test_thread_runtime_runs_and_stops_an_instance(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out")
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(ThreadRuntime(client, WORKER_ID))
+    manager.apply(specs)
+    produce(client, topic, ["a", "b", "c"])
+
+    assert values(collect(client, f"{topic}-out", 3)) == ["a!", "b!", "c!"]
+    wait_for(lambda: (s := manager.status(key)) is not None and s.processed == 3)
+    status = manager.status(key)
+    assert status is not None and status.running and status.worker_id == WORKER_ID
+    assert manager.pid(key) is None
+
+    manager.apply({})
+    assert manager.status(key) is None
+    thread_name = f"instance-{config.fqfn}"
+    wait_for(lambda: all(t.name != thread_name for t in threading.enumerate()))
+
+
+def test_stop_drains_every_instance_and_leaves_no_child_process(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out", parallelism=3)
+    specs = instance_specs(config)
+    manager = start_manager()
+    manager.apply(specs)
+    produce(client, topic, [f"m-{i}" for i in range(30)])
+    assert len(collect(client, f"{topic}-out", 30)) == 30
+    pids = [manager.pid(key) for key in specs]
+
+    manager.stop(drain=True)
+    assert manager.wait(30)
+    assert manager.statuses() == {}
+    assert not any(pid_exists(pid) for pid in pids if pid is not None)
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("magnetar")]
+
+
+def test_restart_backoff_grows_to_its_maximum() -> None:
+    policy = BackoffPolicy()
+    assert [policy.delay(n) for n in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    with pytest.raises(ValueError, match="multiplier"):
+        BackoffPolicy(multiplier=0.5)
+
+
+def test_make_runtime_names_the_accepted_runtimes(broker_url: str) -> None:
+    assert isinstance(make_runtime("process", broker_url=broker_url, worker_id="w"), ProcessRuntime)
+    with pytest.raises(ValueError, match="pulsar client"):
+        make_runtime("thread", broker_url=broker_url, worker_id="w")
+    with pytest.raises(ValueError, match="process, thread"):
+        make_runtime("docker", broker_url=broker_url, worker_id="w")
+
+
+def test_apply_rejects_a_key_that_does_not_match_its_spec(start_manager: StartManager) -> None:
+    spec = next(iter(instance_specs(function_config(**EXCLAMATION, inputs=["in"])).values()))
+    other = InstanceSpec(spec.fqfn, 1, spec.config, spec.version)
+    manager = start_manager()
+    with pytest.raises(ValueError, match="does not match"):
+        manager.apply({spec.key: other})
