@@ -21,12 +21,12 @@ __all__ = ["create_client", "subscribe"]
 
 log = logging.getLogger(__name__)
 
-_ID_SPREAD = 64
+_ID_SPREAD = 128
 _SPREAD_TOPIC = "persistent://public/default/__magnetar_consumer_ids"
 _SUBSCRIBE_ATTEMPTS = 4
 
 
-def create_client(service_url: str, operation_timeout_s: int = 5) -> pulsar.Client:
+def create_client(service_url: str, operation_timeout_s: int = 3) -> pulsar.Client:
     """A quiet client whose consumer ids are unlikely to collide with other clients'."""
     client = pulsar.Client(
         service_url,

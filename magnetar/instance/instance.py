@@ -173,6 +173,7 @@ class FunctionInstance:
             self._open()
             self._running = True
             self._started.set()
+            self._report_metrics()  # "running" is visible as soon as the consumers are ready
             self._loop()
         except BaseException as error:
             self.metrics.error = f"{type(error).__name__}: {error}"

@@ -93,6 +93,9 @@ class AssignmentManager:
     def wait_caught_up(self, timeout: float) -> bool:
         return self._tailer.wait_caught_up(timeout)
 
+    def catch_up(self, timeout: float) -> bool:
+        return self._tailer.catch_up(timeout)
+
     @property
     def current(self) -> AssignmentRecord | None:
         with self._lock:
@@ -115,9 +118,19 @@ class AssignmentManager:
             log.warning("ignoring a malformed assignment record: %s", error)
             return
         with self._lock:
-            if not record.newer_than(self._current):
-                if self._current is not None and record.term < self._current.term:
-                    log.info("ignoring an assignment of deposed term %d", record.term)
+            current = self._current
+            rival = (
+                current is not None
+                and record.term == current.term
+                and record.leader.worker_id != current.leader.worker_id
+            )
+            if rival or not record.newer_than(current):
+                if current is not None and (rival or record.term < current.term):
+                    log.info(
+                        "ignoring an assignment of %s for term %d",
+                        record.leader.worker_id,
+                        record.term,
+                    )
                 return
             self._current = record
         if self._on_change is not None:

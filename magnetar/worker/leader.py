@@ -82,7 +82,7 @@ class LeaderService:
         term = self._term
         if term is None:
             raise NotLeaderError(f"{self._me.worker_id} is not the leader")
-        record = self._metadata.write(term, fqfn, change, self._timeout)
+        record = self._metadata.write(term, self._me.worker_id, fqfn, change, self._timeout)
         self.notify()
         return record
 
@@ -148,11 +148,14 @@ class LeaderService:
         self._reschedule()
 
     def _take_over(self) -> None:
-        self._metadata.wait_caught_up(self._timeout)
-        self._assignments.wait_caught_up(self._timeout)
+        if not (
+            self._metadata.catch_up(self._timeout) and self._assignments.catch_up(self._timeout)
+        ):
+            raise NotLeaderError("cannot catch up with the metadata and assignments topics")
         current = self._assignments.current
         term = max(self._metadata.highest_term, current.term if current else 0) + 1
-        self._metadata.mark_term(term, self._timeout)
+        if not self._metadata.mark_term(term, self._me.worker_id, self._timeout):
+            raise NotLeaderError(f"another worker claimed term {term} first")
         # Let a heartbeat round arrive, so the first assignment knows every live worker.
         self._stop.wait(self._settle_s)
         self._term = term
@@ -163,7 +166,8 @@ class LeaderService:
         assert self._term is not None
         current = self._assignments.current
         newer_assignment = current is not None and current.term > self._term
-        return newer_assignment or self._metadata.highest_term > self._term
+        owner = self._metadata.term_owner()
+        return newer_assignment or owner != (self._term, self._me.worker_id)
 
     def _reschedule(self) -> None:
         term = self._term

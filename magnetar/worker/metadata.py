@@ -4,7 +4,9 @@ Every worker replays the topic in order and applies the same rule, so all reach 
 state: a record of a term below the highest term seen is discarded (it comes from a deposed
 leader), and so is a record whose version is not newer than the function's current one. An
 empty value is a delete. Only the leader writes, and a new leader first writes a *term
-marker*, so a deposed leader's later records are discarded by everyone alike.
+marker*: the first marker of a term makes its writer the term's owner, so a deposed
+leader's later records, and those of a rival that picked the same term, are discarded by
+everyone alike.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class _State:
     functions: dict[str, FunctionRecord] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)  # deleted functions too
     highest_term: int = 0
+    term_owner: str = ""
 
 
 class MetadataManager:
@@ -132,6 +135,14 @@ class MetadataManager:
         with self._lock:
             return self._state.highest_term
 
+    def term_owner(self) -> tuple[int, str]:
+        """The highest term and the leader that owns it."""
+        with self._lock:
+            return self._state.highest_term, self._state.term_owner
+
+    def catch_up(self, timeout: float) -> bool:
+        return self._tailer.catch_up(timeout)
+
     def version_of(self, fqfn: str) -> int:
         """The function's latest version, counting deletes."""
         with self._lock:
@@ -148,13 +159,16 @@ class MetadataManager:
 
     # --- writes (leader only) -----------------------------------------------------------
 
-    def mark_term(self, term: int, timeout: float) -> None:
-        """Publish a new leader's term before anything else it writes."""
-        self._send(b"", {"type": _TERM_MARKER, "term": str(term)}, timeout)
+    def mark_term(self, term: int, leader_id: str, timeout: float) -> bool:
+        """Claim ``term`` for ``leader_id`` before anything else it writes; False when
+        another leader owns it (or a newer one) by now."""
+        self._send(b"", {"type": _TERM_MARKER, "term": str(term), "leader": leader_id}, timeout)
+        return self.term_owner() == (term, leader_id)
 
     def write(
         self,
         term: int,
+        leader_id: str,
         fqfn: str,
         change: Callable[[FunctionRecord | None], FunctionRecord | None],
         timeout: float,
@@ -174,6 +188,7 @@ class MetadataManager:
                 "type": "function",
                 "fqfn": fqfn,
                 "term": str(term),
+                "leader": leader_id,
                 "version": str(version),
             }
             if proposed is None:
@@ -218,16 +233,22 @@ class MetadataManager:
     def _apply(self, message: Any) -> None:
         properties = message.properties()
         term = int(properties.get("term", 0))
+        leader = properties.get("leader", "")
         with self._lock:
             state = self._state
-            if term < state.highest_term:
+            if term < state.highest_term or (
+                term == state.highest_term and state.term_owner not in ("", leader)
+            ):
                 log.info(
-                    "ignoring a metadata record of deposed term %d (now %d)",
+                    "ignoring a metadata record of %s for term %d (term %d is %s's)",
+                    leader,
                     term,
                     state.highest_term,
+                    state.term_owner,
                 )
                 return
-            state.highest_term = term
+            if term > state.highest_term:
+                state.highest_term, state.term_owner = term, leader
             if properties.get("type") == _TERM_MARKER:
                 return
             fqfn = properties["fqfn"]

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -49,6 +49,7 @@ MAX_CHUNK_BYTES = 4 << 20
 _INDEX_FILE = "index.json"
 _CONFIRM_TIMEOUT_S = 2.0
 _READER_QUEUE_SIZE = 8  # chunks are up to MAX_CHUNK_BYTES each: prefetch only a few
+_STALL_S = 2.0  # no chunk for this long: the reader is stuck, open a new one
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -169,8 +170,9 @@ class PackageStore:
             where = f"topic {self._topic} from message {start}"
             digest = hashlib.sha256()
             size = 0
-            with self._reader(start, ref, where) as reader, _atomic_file(path) as out:
-                for chunk in self._chunks(reader, ref, where, self._fetch_timeout):
+            chunks = self._chunks(ref, start, where, self._fetch_timeout)
+            with contextlib.closing(chunks), _atomic_file(path) as out:
+                for chunk in chunks:
                     digest.update(chunk)
                     size += len(chunk)
                     out.write(chunk)
@@ -234,18 +236,18 @@ class PackageStore:
         try:
             start = _message_id(ref)
             where = f"topic {self._topic} from message {start}"
-            with self._reader(start, ref, where) as reader:
-                next(self._chunks(reader, ref, where, min(_CONFIRM_TIMEOUT_S, self._fetch_timeout)))
+            timeout = min(_CONFIRM_TIMEOUT_S, self._fetch_timeout)
+            with contextlib.closing(self._chunks(ref, start, where, timeout)) as chunks:
+                next(chunks)
         except PackageError as error:
             log.info("uploading package %s again: %s", ref.sha256, error)
             return False
         return True
 
-    @contextlib.contextmanager
-    def _reader(self, start: Any, ref: PackageRef, where: str) -> Iterator[Any]:
-        # Always a new reader: seek() is unreliable on pulsar-lite.
+    def _open_reader(self, start: Any, ref: PackageRef, where: str) -> Any:
+        # Always a new reader, never seek(): seek() is unreliable on pulsar-lite.
         try:
-            reader = self._client.create_reader(
+            return self._client.create_reader(
                 self._topic,
                 start,
                 start_message_id_inclusive=True,
@@ -255,54 +257,69 @@ class PackageStore:
             raise PackageError(
                 f"cannot read package {ref.sha256} ({ref.filename}) from {where}: {error}"
             ) from error
-        try:
-            yield reader
-        finally:
-            _close(reader, "reader")
 
-    def _chunks(self, reader: Any, ref: PackageRef, where: str, timeout: float) -> Iterator[bytes]:
-        """The package's chunks in order; the reader starts at the first one."""
+    def _chunks(
+        self, ref: PackageRef, start: Any, where: str, timeout: float
+    ) -> Generator[bytes, None, None]:
+        """The package's chunks in order, read from its first chunk at ``start``."""
         deadline = time.monotonic() + timeout
+        resume_at = start
         last: Position | None = None
         upload_id: str | None = None
         count = 1
         index = 0
-        while index < count:
-            try:
-                message = reader.read_next(max(1, int((deadline - time.monotonic()) * 1000)))
-            except pulsar.Timeout:
-                raise PackageError(
-                    f"package {ref.sha256} ({ref.filename}) was not found on {where} within "
-                    f"{timeout:g} s (got {index} of its chunks); the reference is stale or "
-                    "the broker lost the topic: upload the function code again"
-                ) from None
-            except Exception as error:
-                raise PackageError(
-                    f"reading package {ref.sha256} ({ref.filename}) from {where} failed: {error}"
-                ) from error
-            current = position(message.message_id())
-            if last is not None and current <= last:
-                continue  # a redelivery
-            last = current
-            properties = message.properties()
-            if index == 0:
-                if properties.get("sha256") != ref.sha256 or properties.get("chunk") != "0":
+        reader = self._open_reader(start, ref, where)
+        try:
+            while index < count:
+                remaining = deadline - time.monotonic()
+                try:
+                    message = reader.read_next(max(1, int(min(remaining, _STALL_S) * 1000)))
+                except pulsar.Timeout:
+                    if remaining <= _STALL_S:
+                        raise PackageError(
+                            f"package {ref.sha256} ({ref.filename}) was not found on {where} "
+                            f"within {timeout:g} s (got {index} of its chunks); the reference "
+                            "is stale or the broker lost the topic: upload the function code "
+                            "again"
+                        ) from None
+                    # pulsar-lite readers now and then stop delivering mid-topic; a new
+                    # reader from the last message taken carries on (that one comes again).
+                    _close(reader, "reader")
+                    reader = self._open_reader(resume_at, ref, where)
+                    continue
+                except Exception as error:
                     raise PackageError(
-                        f"package {ref.sha256} ({ref.filename}) is not on {where}: the message "
-                        "there is not its first chunk (a wrong or stale reference); upload "
-                        "the function code again"
+                        f"reading package {ref.sha256} ({ref.filename}) from {where} failed: "
+                        f"{error}"
+                    ) from error
+                current = position(message.message_id())
+                if last is not None and current <= last:
+                    continue  # a redelivery
+                last, resume_at = current, message.message_id()
+                properties = message.properties()
+                if index == 0:
+                    if properties.get("sha256") != ref.sha256 or properties.get("chunk") != "0":
+                        raise PackageError(
+                            f"package {ref.sha256} ({ref.filename}) is not on {where}: the "
+                            "message there is not its first chunk (a wrong or stale "
+                            "reference); upload the function code again"
+                        )
+                    upload_id = properties.get("upload_id")
+                    count = _int_property(properties, "chunks", ref, where)
+                elif (
+                    properties.get("sha256") != ref.sha256
+                    or properties.get("upload_id") != upload_id
+                ):
+                    continue  # a chunk of another package, or of another upload of this one
+                elif _int_property(properties, "chunk", ref, where) != index:
+                    raise PackageError(
+                        f"package {ref.sha256} ({ref.filename}) on {where} misses chunk "
+                        f"{index} of {count}; upload the function code again"
                     )
-                upload_id = properties.get("upload_id")
-                count = _int_property(properties, "chunks", ref, where)
-            elif properties.get("sha256") != ref.sha256 or properties.get("upload_id") != upload_id:
-                continue  # a chunk of another package, or of another upload of this one
-            elif _int_property(properties, "chunk", ref, where) != index:
-                raise PackageError(
-                    f"package {ref.sha256} ({ref.filename}) on {where} misses chunk {index} "
-                    f"of {count}; upload the function code again"
-                )
-            yield message.data()
-            index += 1
+                yield message.data()
+                index += 1
+        finally:
+            _close(reader, "reader")
 
     # --- the local cache ----------------------------------------------------------------
 

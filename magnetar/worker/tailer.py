@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ class TopicTailer:
         self._apply = apply
         self._name = name
         self._applied: Position = _NOTHING
+        self._read: Position = _NOTHING
         self._progress = threading.Condition()
         self._caught_up = threading.Event()
         self._stop = threading.Event()
@@ -57,6 +59,18 @@ class TopicTailer:
     def wait_caught_up(self, timeout: float) -> bool:
         """Wait until everything published before the tailer started has been applied."""
         return self._caught_up.wait(timeout)
+
+    def catch_up(self, timeout: float) -> bool:
+        """Wait until everything published so far has been applied (a new leader's view)."""
+        deadline = time.monotonic() + timeout
+        while self._has_more():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        with self._progress:
+            return self._progress.wait_for(
+                lambda: self._applied >= self._read, max(0.0, deadline - time.monotonic())
+            )
 
     def wait_applied(self, message_id: Any, timeout: float) -> bool:
         """Wait until the message ``message_id`` (or a later one) has been applied."""
@@ -81,6 +95,7 @@ class TopicTailer:
             current = position(message.message_id())
             if current <= self._applied:
                 continue
+            self._read = current
             try:
                 self._apply(message)
             except Exception:

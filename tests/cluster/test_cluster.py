@@ -1,0 +1,323 @@
+"""Three worker processes on one broker: scheduling, failover, fencing, restarts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from signal import SIGCONT
+
+import httpx
+import pulsar
+
+from tests.cluster.conftest import Cluster, Worker, wait_until
+
+LIVENESS_S = 3.0
+
+
+def three_workers(cluster: Cluster) -> list[Worker]:
+    workers = [cluster.start_worker(f"w{i}") for i in (1, 2, 3)]
+    wait_until(
+        lambda: len(cluster.get(workers[0], "/admin/v2/worker/cluster")) == 3,
+        10,
+        "all three workers in the membership",
+    )
+    return workers
+
+
+def running(cluster: Cluster, via: Worker, name: str) -> int:
+    try:
+        return int(cluster.status(via, name)["numRunning"])
+    except httpx.HTTPError:
+        return -1
+
+
+def non_leader(cluster: Cluster, workers: list[Worker]) -> Worker:
+    leader = cluster.leader_id(workers[0])
+    return next(w for w in workers if w.worker_id != leader and w.process.poll() is None)
+
+
+class Stream:
+    """A steady stream of numbered messages into ``topic``, and the outputs collected."""
+
+    def __init__(self, client: pulsar.Client, topic: str, rate: float = 200.0) -> None:
+        self.topic = topic
+        self.sent: list[str] = []
+        self.received: set[str] = set()
+        self._client = client
+        self._rate = rate
+        self._stop = threading.Event()
+        self._consumer = client.subscribe(
+            f"{topic}-out", "check", initial_position=pulsar.InitialPosition.Earliest
+        )
+        self._threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._collect, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _produce(self) -> None:
+        producer = self._client.create_producer(self.topic, batching_enabled=False)
+        i = 0
+        while not self._stop.is_set():
+            value = f"m{i}"
+            producer.send(value.encode())
+            self.sent.append(value)
+            i += 1
+            time.sleep(1 / self._rate)
+        producer.close()
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                message = self._consumer.receive(200)
+            except pulsar.Timeout:
+                if self._stop.is_set() and self.complete():
+                    return
+                continue
+            self._consumer.acknowledge(message)
+            self.received.add(message.data().decode().removesuffix("!"))
+
+    def complete(self) -> bool:
+        return set(self.sent) <= self.received
+
+    def stop_and_check(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._threads[0].join()
+        try:
+            wait_until(self.complete, timeout, "every input has an output")
+        except AssertionError:
+            missing = sorted(set(self.sent) - self.received, key=lambda v: int(v[1:]))
+            raise AssertionError(
+                f"{len(missing)} of {len(self.sent)} inputs have no output: {missing[:20]}"
+            ) from None
+
+
+def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> None:
+    workers = three_workers(cluster)
+    target = non_leader(cluster, workers)
+    started = time.monotonic()
+    response = cluster.create(target, "quick", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3)
+    assert response.status_code == 200, response.text
+    wait_until(
+        lambda: running(cluster, target, "quick") == 3,
+        2.0 - (time.monotonic() - started) + 0.5,
+        "three instances running",
+    )
+    owners = cluster.assignments(workers[0])
+    assert sorted(len(keys) for keys in owners.values()) == [1, 1, 1]
+    # Every worker serves the same metadata (read-your-writes on the one asked).
+    for worker in workers:
+        assert cluster.get(worker, "/admin/v3/functions/public/default") == ["quick"]
+
+
+def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
+    workers = three_workers(cluster)
+    topic = f"in-{uuid.uuid4().hex[:6]}"
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda w: cluster.create(w, "twin", inputs=[topic]), workers[:2]))
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [200, 409], [a.text for a in answers]
+    conflict = next(a for a in answers if a.status_code == 409)
+    assert conflict.json()["reason"] == "function public/default/twin already exists"
+
+
+def test_kill_a_non_leader_under_a_stream_loses_nothing(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = three_workers(cluster)
+    topic = f"in-{uuid.uuid4().hex[:6]}"
+    assert (
+        cluster.create(
+            workers[0],
+            "survivor",
+            inputs=[topic],
+            output=f"{topic}-out",
+            parallelism=3,
+            subscriptionPosition="Earliest",
+        ).status_code
+        == 200
+    )
+    wait_until(lambda: running(cluster, workers[0], "survivor") == 3, 10, "running")
+    stream = Stream(cluster_client, topic)
+    time.sleep(1.5)
+    victim = non_leader(cluster, workers)
+    victim.kill()
+    killed_at = time.monotonic()
+    witness = next(w for w in workers if w is not victim)
+    took = wait_until(
+        lambda: (
+            victim.worker_id not in cluster.assignments(witness)
+            and running(cluster, witness, "survivor") == 3
+        ),
+        LIVENESS_S + 2 + 3,
+        "instances running elsewhere",
+    )
+    assert time.monotonic() - killed_at <= LIVENESS_S + 2 + 3, took
+    time.sleep(1)
+    stream.stop_and_check()
+
+
+def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = three_workers(cluster)
+    topic = f"in-{uuid.uuid4().hex[:6]}"
+    assert (
+        cluster.create(
+            workers[1],
+            "phoenix",
+            inputs=[topic],
+            output=f"{topic}-out",
+            parallelism=3,
+            subscriptionPosition="Earliest",
+        ).status_code
+        == 200
+    )
+    wait_until(lambda: running(cluster, workers[1], "phoenix") == 3, 10, "running")
+    stream = Stream(cluster_client, topic)
+    time.sleep(1.5)
+    old_leader = cluster.leader_id(workers[0])
+    leader = next(w for w in workers if w.worker_id == old_leader)
+    leader.kill()
+    witness = next(w for w in workers if w is not leader)
+    elected = wait_until(
+        lambda: cluster.leader_id(witness) != old_leader, LIVENESS_S + 2, "a new leader"
+    )
+    wait_until(
+        lambda: running(cluster, witness, "phoenix") == 3, LIVENESS_S + 5, "instances running again"
+    )
+    assert elected <= LIVENESS_S + 2
+    stream.stop_and_check()
+
+
+def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) -> None:
+    workers = three_workers(cluster)
+    assert (
+        cluster.create(
+            workers[0], "spread", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=6
+        ).status_code
+        == 200
+    )
+    wait_until(lambda: running(cluster, workers[0], "spread") == 6, 10, "running")
+    victim = non_leader(cluster, workers)
+    victim.kill()
+    witness = next(w for w in workers if w is not victim)
+    wait_until(
+        lambda: victim.worker_id not in cluster.assignments(witness),
+        LIVENESS_S + 3,
+        "instances moved away",
+    )
+    cluster.restart(victim)
+    wait_until(
+        lambda: len(cluster.get(witness, "/admin/v2/worker/cluster")) == 3,
+        10,
+        "the worker rejoined",
+    )
+    assert httpx.put(f"{victim.url}/admin/v2/worker/rebalance", timeout=10).status_code == 200
+    wait_until(
+        lambda: sorted(len(k) for k in cluster.assignments(witness).values()) == [2, 2, 2],
+        10,
+        "a fair share for every worker",
+    )
+    wait_until(lambda: running(cluster, witness, "spread") == 6, 10, "all running")
+
+
+def test_a_paused_leader_cannot_corrupt_the_cluster(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = three_workers(cluster)
+    old_leader = cluster.leader_id(workers[0])
+    leader = next(w for w in workers if w.worker_id == old_leader)
+    others = [w for w in workers if w is not leader]
+    leader.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: cluster.leader_id(others[0]) != old_leader, 20, "a new leader")
+        assert (
+            cluster.create(
+                others[0], "after-pause", inputs=[f"in-{uuid.uuid4().hex[:6]}"]
+            ).status_code
+            == 200
+        )
+    finally:
+        leader.process.send_signal(SIGCONT)
+    # What the old leader could still send, believing it leads term 1: a delete and an
+    # assignment that moves everything to itself. Both must be ignored everywhere.
+    system = f"persistent://public/{cluster.namespace}"
+    metadata = cluster_client.create_producer(f"{system}/metadata")
+    metadata.send(
+        b"",
+        properties={
+            "type": "function",
+            "fqfn": "public/default/after-pause",
+            "term": "1",
+            "leader": old_leader,
+            "version": "99",
+        },
+    )
+    stale = {
+        "term": 1,
+        "version": 99,
+        "leader": {"workerId": old_leader, "adminUrl": leader.url},
+        "workers": [],
+        "assignment": {"public/default/after-pause:0": old_leader},
+    }
+    cluster_client.create_producer(f"{system}/assignments").send(json.dumps(stale).encode())
+    time.sleep(2)
+    for worker in workers:
+        assert "after-pause" in cluster.get(worker, "/admin/v3/functions/public/default")
+        owners = cluster.assignments(worker)
+        assert any("public/default/after-pause:0" in keys for keys in owners.values())
+    leaders = {cluster.leader_id(w) for w in workers}
+    assert len(leaders) == 1, leaders  # one leader, the same for everyone
+    wait_until(lambda: running(cluster, others[0], "after-pause") == 1, 10, "still running")
+
+
+def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> None:
+    workers = three_workers(cluster)
+    topic = f"in-{uuid.uuid4().hex[:6]}"
+    assert cluster.create(workers[0], "durable", inputs=[topic], parallelism=2).status_code == 200
+    wait_until(lambda: running(cluster, workers[0], "durable") == 2, 10, "running")
+    stop = httpx.post(
+        f"{workers[1].url}/admin/v3/functions/public/default/durable/1/stop", timeout=10
+    )
+    assert stop.status_code == 200, stop.text
+    wait_until(lambda: running(cluster, workers[0], "durable") == 1, 10, "instance 1 stopped")
+    for worker in workers:
+        worker.process.terminate()
+    for worker in workers:
+        worker.process.wait(60)
+    restarted = [cluster.restart(w) for w in workers]
+    wait_until(lambda: running(cluster, restarted[2], "durable") == 1, 15, "function back")
+    status = cluster.status(restarted[0], "durable")
+    assert [i["status"]["running"] for i in status["instances"]] == [True, False]
+    config = cluster.get(restarted[1], "/admin/v3/functions/public/default/durable")
+    assert config["inputs"] == [topic] and config["parallelism"] == 2
+
+
+def test_a_crashed_instance_is_restarted_and_counted(cluster: Cluster) -> None:
+    worker = cluster.start_worker("solo")
+    assert (
+        cluster.create(worker, "fragile", inputs=[f"in-{uuid.uuid4().hex[:6]}"]).status_code == 200
+    )
+    wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running")
+    children = subprocess.run(
+        ["pgrep", "-P", str(worker.process.pid)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    instance_pids = [
+        pid for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
+    ]
+    assert len(instance_pids) == 1, children
+    subprocess.run(["kill", "-9", instance_pids[0]], check=True)
+    wait_until(
+        lambda: cluster.status(worker, "fragile")["instances"][0]["status"]["numRestarts"] == 1,
+        10,
+        "restart counted",
+    )
+    wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running again")
