@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 _READ_TIMEOUT_MS = 200
 _NOTHING: Position = (-1, -1, -1)
+_STALL_S = 2.0
 
 
 class TopicTailer:
@@ -37,6 +38,9 @@ class TopicTailer:
         self._name = name
         self._applied: Position = _NOTHING
         self._read: Position = _NOTHING
+        self._last_id: Any = pulsar.MessageId.earliest
+        self._last_progress = time.monotonic()
+        self._last_check = 0.0
         self._progress = threading.Condition()
         self._caught_up = threading.Event()
         self._stop = threading.Event()
@@ -83,8 +87,7 @@ class TopicTailer:
             try:
                 message = self._reader.read_next(_READ_TIMEOUT_MS)
             except pulsar.Timeout:
-                if not self._caught_up.is_set() and not self._has_more():
-                    self._caught_up.set()
+                self._on_idle()
                 continue
             except Exception as error:
                 if self._stop.is_set():
@@ -92,10 +95,12 @@ class TopicTailer:
                 log.warning("reading %s failed: %s; retrying", self._topic, error)
                 self._stop.wait(0.5)
                 continue
+            self._last_progress = time.monotonic()
             current = position(message.message_id())
             if current <= self._applied:
                 continue
             self._read = current
+            self._last_id = message.message_id()
             try:
                 self._apply(message)
             except Exception:
@@ -103,6 +108,27 @@ class TopicTailer:
             with self._progress:
                 self._applied = current
                 self._progress.notify_all()
+
+    def _on_idle(self) -> None:
+        """Nothing arrived: note being caught up, and replace a reader that stopped
+        delivering (pulsar-lite readers sometimes stall mid-topic)."""
+        now = time.monotonic()
+        if self._caught_up.is_set() and now - self._last_check < _STALL_S:
+            return
+        self._last_check = now
+        if not self._has_more():
+            self._caught_up.set()
+        elif now - self._last_progress > _STALL_S:
+            log.warning("the %s reader stopped delivering; reopening it", self._name)
+            stalled, self._reader = (
+                self._reader,
+                self._client.create_reader(self._topic, self._last_id),
+            )
+            self._last_progress = now
+            try:
+                stalled.close()
+            except Exception as error:
+                log.debug("closing a stalled reader failed: %s", error)
 
     def _has_more(self) -> bool:
         try:

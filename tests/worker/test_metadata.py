@@ -1,0 +1,177 @@
+"""The metadata topic as a replicated state machine: replay rules, fencing, writes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pulsar
+import pytest
+
+from magnetar.worker.exceptions import FunctionExistsError
+from magnetar.worker.metadata import FunctionRecord, MetadataManager
+from magnetar.worker.tailer import TopicTailer
+
+
+def record(fqfn: str, **fields: object) -> bytes:
+    return json.dumps(FunctionRecord(fqfn, {"inputs": ["x"], **fields}, None).to_json()).encode()
+
+
+def send(producer: pulsar.Producer, value: bytes, **properties: str) -> None:
+    producer.send(value, properties=properties)
+
+
+@pytest.fixture
+def metadata_topic(topic: str) -> str:
+    return f"persistent://public/default/{topic}-metadata"
+
+
+def replay(client: pulsar.Client, topic: str) -> MetadataManager:
+    manager = MetadataManager(client, topic)
+    manager.start()
+    assert manager.wait_caught_up(10)
+    return manager
+
+
+def test_replay_applies_versions_in_order_and_tombstones(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    producer = client.create_producer(metadata_topic, batching_enabled=False)
+    send(producer, b"", type="__term__", term="1", leader="w1")
+    send(
+        producer,
+        record("t/n/a", parallelism=1),
+        type="function",
+        fqfn="t/n/a",
+        term="1",
+        leader="w1",
+        version="1",
+    )
+    send(
+        producer,
+        record("t/n/a", parallelism=2),
+        type="function",
+        fqfn="t/n/a",
+        term="1",
+        leader="w1",
+        version="2",
+    )
+    send(
+        producer,
+        record("t/n/a", parallelism=9),
+        type="function",
+        fqfn="t/n/a",
+        term="1",
+        leader="w1",
+        version="2",
+    )  # a stale version: ignored
+    send(
+        producer, record("t/n/b"), type="function", fqfn="t/n/b", term="1", leader="w1", version="1"
+    )
+    send(producer, b"", type="function", fqfn="t/n/b", term="1", leader="w1", version="2")
+    manager = replay(client, metadata_topic)
+    try:
+        assert sorted(manager.functions()) == ["t/n/a"]
+        assert manager.get("t/n/a").config["parallelism"] == 2  # type: ignore[union-attr]
+        assert manager.version_of("t/n/b") == 2  # deleted, its version remembered
+        assert manager.term_owner() == (1, "w1")
+    finally:
+        manager.stop()
+
+
+def test_records_of_a_deposed_or_rival_leader_are_ignored(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    producer = client.create_producer(metadata_topic, batching_enabled=False)
+    send(producer, b"", type="__term__", term="1", leader="old")
+    send(producer, b"", type="__term__", term="2", leader="new")
+    send(producer, b"", type="__term__", term="2", leader="rival")  # same term, too late
+    send(
+        producer,
+        record("t/n/f"),
+        type="function",
+        fqfn="t/n/f",
+        term="1",
+        leader="old",
+        version="1",
+    )
+    send(
+        producer,
+        record("t/n/g"),
+        type="function",
+        fqfn="t/n/g",
+        term="2",
+        leader="rival",
+        version="1",
+    )
+    send(
+        producer,
+        record("t/n/h"),
+        type="function",
+        fqfn="t/n/h",
+        term="2",
+        leader="new",
+        version="1",
+    )
+    manager = replay(client, metadata_topic)
+    try:
+        assert sorted(manager.functions()) == ["t/n/h"]
+        assert manager.term_owner() == (2, "new")
+    finally:
+        manager.stop()
+
+
+def test_leader_writes_are_serialized_and_read_back(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    manager = replay(client, metadata_topic)
+    try:
+        assert manager.mark_term(1, "me", 10)
+
+        def create(current: FunctionRecord | None) -> FunctionRecord:
+            if current is not None:
+                raise FunctionExistsError("exists")
+            return FunctionRecord("t/n/once", {"inputs": ["x"]}, None)
+
+        outcomes: list[str] = []
+
+        def attempt() -> None:
+            try:
+                manager.write(1, "me", "t/n/once", create, 10)
+                outcomes.append("created")
+            except FunctionExistsError:
+                outcomes.append("conflict")
+
+        threads = [threading.Thread(target=attempt) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == ["conflict", "conflict", "conflict", "created"]
+        applied = manager.get("t/n/once")
+        assert applied is not None and applied.version == 1 and applied.config_version == 1
+        # A second replica sees the same state.
+        replica = replay(client, metadata_topic)
+        try:
+            assert replica.functions() == manager.functions()
+        finally:
+            replica.stop()
+    finally:
+        manager.stop()
+
+
+def test_tailer_catches_up_on_an_empty_topic_and_after_writes(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    seen: list[bytes] = []
+    tailer = TopicTailer(client, metadata_topic, lambda m: seen.append(m.data()), "test")
+    tailer.start()
+    try:
+        assert tailer.wait_caught_up(10)
+        producer = client.create_producer(metadata_topic, batching_enabled=False)
+        ids = [producer.send(f"r{i}".encode()) for i in range(50)]
+        assert tailer.wait_applied(ids[-1], 10)
+        assert tailer.catch_up(10)
+        assert seen == [f"r{i}".encode() for i in range(50)]  # each once, in order
+    finally:
+        tailer.stop()
