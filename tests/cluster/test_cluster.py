@@ -30,6 +30,21 @@ def three_workers(cluster: Cluster) -> list[Worker]:
     return workers
 
 
+def instance_processes(worker: Worker) -> list[str]:
+    """Pids of the worker's instance processes (its multiprocessing "spawn" children)."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(worker.process.pid)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    found = []
+    for pid in children:
+        try:
+            if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text():
+                found.append(pid)
+        except OSError:  # exited meanwhile
+            pass
+    return found
+
+
 def running(cluster: Cluster, via: Worker, name: str) -> int:
     try:
         return int(cluster.status(via, name)["numRunning"])
@@ -307,13 +322,8 @@ def test_a_crashed_instance_is_restarted_and_counted(cluster: Cluster) -> None:
         cluster.create(worker, "fragile", inputs=[f"in-{uuid.uuid4().hex[:6]}"]).status_code == 200
     )
     wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running")
-    children = subprocess.run(
-        ["pgrep", "-P", str(worker.process.pid)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    instance_pids = [
-        pid for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
-    ]
-    assert len(instance_pids) == 1, children
+    instance_pids = instance_processes(worker)
+    assert len(instance_pids) == 1, instance_pids
     subprocess.run(["kill", "-9", instance_pids[0]], check=True)
     wait_until(
         lambda: cluster.status(worker, "fragile")["instances"][0]["status"]["numRestarts"] == 1,
@@ -321,3 +331,90 @@ def test_a_crashed_instance_is_restarted_and_counted(cluster: Cluster) -> None:
         "restart counted",
     )
     wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running again")
+
+
+def test_update_scales_and_restarts_and_delete_stops(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("solo")
+    topic = f"in-{uuid.uuid4().hex[:6]}"
+    assert (
+        cluster.create(
+            worker,
+            "evolving",
+            inputs=[topic],
+            output=f"{topic}-out",
+            subscriptionPosition="Earliest",
+        ).status_code
+        == 200
+    )
+    wait_until(lambda: running(cluster, worker, "evolving") == 1, 10, "running")
+    base = f"{worker.url}/admin/v3/functions/public/default/evolving"
+    scaled = httpx.put(base, data={"functionConfig": json.dumps({"parallelism": 3})}, timeout=30)
+    assert scaled.status_code == 200, scaled.text
+    wait_until(lambda: running(cluster, worker, "evolving") == 3, 10, "scaled to 3")
+    new_code = "def process(input):\n    return input + '?'\n"
+    updated = httpx.put(
+        base,
+        data={"functionConfig": json.dumps({"className": None})},
+        files={"data": ("question.py", new_code.encode())},
+        timeout=30,
+    )
+    assert updated.status_code == 200, updated.text
+    producer = cluster_client.create_producer(topic)
+    consumer = cluster_client.subscribe(
+        f"{topic}-out", "check", initial_position=pulsar.InitialPosition.Earliest
+    )
+
+    def answered() -> bool:
+        producer.send(b"hi")
+        try:
+            return bool(consumer.receive(500).data() == b"hi?")
+        except pulsar.Timeout:
+            return False
+
+    wait_until(answered, 15, "the new code answering")
+    assert httpx.delete(base, timeout=30).status_code == 200
+    assert httpx.get(base, timeout=10).status_code == 404
+    wait_until(lambda: cluster.assignments(worker) == {}, 10, "no instance assigned")
+    wait_until(lambda: instance_processes(worker) == [], 10, "instance processes gone")
+
+
+def test_drain_moves_every_instance_off_a_worker(cluster: Cluster) -> None:
+    workers = three_workers(cluster)
+    assert (
+        cluster.create(
+            workers[0], "movable", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3
+        ).status_code
+        == 200
+    )
+    wait_until(lambda: running(cluster, workers[0], "movable") == 3, 10, "running")
+    target = workers[2]
+    drained = httpx.put(
+        f"{workers[1].url}/admin/v2/worker/leader/drain",
+        params={"workerId": target.worker_id},
+        timeout=10,
+    )
+    assert drained.status_code == 200, drained.text
+    wait_until(lambda: target.worker_id not in cluster.assignments(workers[0]), 10, "drained")
+    status = cluster.get(workers[0], f"/admin/v2/worker/leader/drain?workerId={target.worker_id}")
+    assert status == {"workerId": target.worker_id, "status": "SUCCESS", "instancesLeft": 0}
+    wait_until(lambda: running(cluster, workers[0], "movable") == 3, 10, "running elsewhere")
+
+
+def test_errors_name_the_cause(cluster: Cluster) -> None:
+    worker = cluster.start_worker("solo")
+    missing = httpx.get(f"{worker.url}/admin/v3/functions/public/default/nope/status", timeout=10)
+    assert missing.status_code == 404
+    assert missing.json() == {"reason": "function public/default/nope doesn't exist"}
+    invalid = cluster.create(worker, "bad", inputs=["same"], output="same")
+    assert invalid.status_code == 400
+    assert "is also an input topic" in invalid.json()["reason"]
+    broken = httpx.post(
+        f"{worker.url}/admin/v3/functions/public/default/broken",
+        data={"functionConfig": json.dumps({"inputs": ["x"]})},
+        files={"data": ("broken.py", b"def process(input)\n")},
+        timeout=30,
+    )
+    assert broken.status_code == 400
+    assert broken.json()["reason"].startswith("syntax error in broken.py, line 1")

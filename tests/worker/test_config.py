@@ -1,0 +1,42 @@
+"""WorkerConfig from a YAML file, MAGNETAR_* variables and flags, in that precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from magnetar.worker.config import load_worker_config
+from magnetar.worker.exceptions import WorkerConfigError
+
+
+def test_file_then_environment_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "worker.yaml"
+    path.write_text(
+        "worker-id: from-file\nhttp_port: 9000\nscheduler: round-robin\n"
+        "heartbeat_interval_s: 0.25\n"
+    )
+    monkeypatch.setenv("MAGNETAR_HTTP_PORT", "9100")
+    monkeypatch.setenv("MAGNETAR_RUNTIME", "thread")
+    config = load_worker_config(path, worker_id="from-flag", broker_url=None)
+    assert config.worker_id == "from-flag"
+    assert config.http_port == 9100
+    assert config.runtime == "thread"
+    assert config.scheduler == "round-robin"
+    assert config.heartbeat_interval_s == 0.25
+    assert config.admin_url == "http://127.0.0.1:9100"
+    assert config.system_topic("metadata") == "persistent://public/functions/metadata"
+
+
+def test_bad_values_name_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAGNETAR_RUNTIME", "docker")
+    with pytest.raises(WorkerConfigError, match="runtime"):
+        load_worker_config()
+    monkeypatch.delenv("MAGNETAR_RUNTIME")
+    path = tmp_path / "worker.yaml"
+    path.write_text("surprise: 1\n")
+    with pytest.raises(WorkerConfigError, match="surprise: Extra inputs are not permitted"):
+        load_worker_config(path)
+    path.write_text("- a list\n")
+    with pytest.raises(WorkerConfigError, match="must be a mapping"):
+        load_worker_config(path)
