@@ -3,10 +3,11 @@
 MagnetarError
  +-- BrokerError                      (magnetar.broker)
  +-- InstanceError                    (magnetar.instance.exceptions)
-      +-- InvalidFunctionConfigError
-      +-- FunctionLoadError
-      +-- SerDeError
-      +-- StateNotConfiguredError
+ |    +-- InvalidFunctionConfigError, FunctionLoadError, SerDeError, StateNotConfiguredError
+ +-- WorkerError                      (magnetar.worker.exceptions)
+ |    +-- WorkerConfigError, NotLeaderError, LeaderUnavailableError, FunctionExistsError,
+ |        FunctionNotFoundError, PackageError, ReplicationTimeoutError
+ +-- SparkConnectorError              (magnetar.spark_connector.exceptions)
 """
 
 

@@ -27,5 +27,9 @@ class FunctionNotFoundError(WorkerError):
     """No function with that name is registered."""
 
 
+class PackageError(WorkerError):
+    """A code package could not be stored or fetched; the message names the package."""
+
+
 class ReplicationTimeoutError(WorkerError):
     """A write was accepted but this worker did not see it applied in time."""

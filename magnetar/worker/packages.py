@@ -34,11 +34,11 @@ from typing import IO, Any
 
 import pulsar
 
-from magnetar.exceptions import MagnetarError
 from magnetar.instance.positions import Position, position
 from magnetar.topics import full_topic_name
+from magnetar.worker.exceptions import PackageError
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "MAX_CHUNK_BYTES", "PackageError", "PackageRef", "PackageStore"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "MAX_CHUNK_BYTES", "PackageRef", "PackageStore"]
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,6 @@ _CONFIRM_TIMEOUT_S = 2.0
 _READER_QUEUE_SIZE = 8  # chunks are up to MAX_CHUNK_BYTES each: prefetch only a few
 _STALL_S = 2.0  # no chunk for this long: the reader is stuck, open a new one
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-class PackageError(MagnetarError):
-    """A code package could not be stored or fetched; the message names the package."""
 
 
 @dataclass(frozen=True)

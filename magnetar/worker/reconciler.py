@@ -12,9 +12,10 @@ import threading
 from typing import Protocol
 
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.exceptions import PackageError
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.model import parse_instance_key
-from magnetar.worker.packages import PackageError, PackageRef, PackageStore
+from magnetar.worker.packages import PackageRef, PackageStore
 from magnetar.worker.runtime import InstanceSpec
 
 __all__ = ["InstanceReconciler"]

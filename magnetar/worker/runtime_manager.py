@@ -278,7 +278,7 @@ class RuntimeManager:
             if not entry.handle.is_alive():
                 log.info("instance %s stopped (%s)", entry.key, entry.reason)
                 done.append(entry)
-            elif False:
+            elif time.monotonic() >= entry.kill_at:
                 log.warning(
                     "instance %s (%s) did not stop within %.0f s; killing it",
                     entry.key,

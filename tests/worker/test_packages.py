@@ -20,7 +20,8 @@ import pytest
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.instance.positions import Position, position
-from magnetar.worker.packages import PackageError, PackageRef, PackageStore
+from magnetar.worker.exceptions import PackageError
+from magnetar.worker.packages import PackageRef, PackageStore
 from tests.conftest import EXAMPLES
 
 KIB = 1024
