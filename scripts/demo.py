@@ -5,24 +5,31 @@
    `magnetar functions localrun` and two instances,
 3. produces messages with `magnetar topics produce` and a stream of 20,000 with pulsar-client,
 4. reads the results back with `magnetar topics consume`,
-5. stops the function with Ctrl-C (SIGINT) and shows its final status.
+5. stops the function with Ctrl-C (SIGINT) and shows its final status,
+6. starts a three-worker cluster (`magnetar standalone --workers 3`), submits the same
+   function to one worker through Pulsar's REST API and shows where its instances run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pulsar
 
-from magnetar.broker import EmbeddedBroker
+from magnetar.broker import EmbeddedBroker, find_free_port
+from magnetar.cli.render import table
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MAGNETAR = [sys.executable, "-m", "magnetar.cli"]
@@ -49,6 +56,7 @@ def main() -> None:
             print(f"broker at {broker.service_url}")
             env = {**os.environ, "MAGNETAR_BROKER_URL": broker.service_url}
             run(env, broker.service_url)
+        cluster(Path(data_dir))
     step("Done")
 
 
@@ -135,6 +143,82 @@ def run(env: dict[str, str], url: str) -> None:
     print(tables[-1])
     if localrun.returncode != 0:
         raise SystemExit(f"localrun exited with {localrun.returncode}:\n{output}")
+
+
+def cluster(data_dir: Path) -> None:
+    step("A cluster: `magnetar standalone --workers 3` (the embedded broker and three workers)")
+    port = free_ports(3)
+    urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
+    standalone = subprocess.Popen(
+        [
+            *MAGNETAR,
+            "standalone",
+            "--workers",
+            "3",
+            "--http-port",
+            str(port),
+            "--data-dir",
+            str(data_dir / "cluster"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait(lambda: all(ready(url) for url in urls), "the workers to be ready")
+        leader = httpx.get(f"{urls[0]}/admin/v2/worker/cluster/leader").json()["workerId"]
+        print(f"workers at {', '.join(urls)}; leader: {leader}")
+        step("Submitting exclamation.py to worker-3 with parallelism 3 (REST, like Pulsar)")
+        config = {"inputs": ["cluster-in"], "output": "cluster-out", "parallelism": 3}
+        created = httpx.post(
+            f"{urls[2]}/admin/v3/functions/public/default/exclamation",
+            data={"functionConfig": json.dumps(config)},
+            files={"data": ("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())},
+            timeout=30,
+        )
+        created.raise_for_status()
+        status_url = f"{urls[0]}/admin/v3/functions/public/default/exclamation/status"
+        wait(lambda: httpx.get(status_url).json()["numRunning"] == 3, "three instances")
+        rows = [
+            (i["instanceId"], i["status"]["workerId"], "yes" if i["status"]["running"] else "no")
+            for i in httpx.get(status_url).json()["instances"]
+        ]
+        print(table(("instance", "worker", "running"), rows))
+    finally:
+        standalone.send_signal(signal.SIGINT)
+        standalone.communicate(timeout=90)
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports."""
+    while True:
+        port = find_free_port()
+        if all(port_is_free(port + i) for i in range(count)):
+            return port
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/admin/v2/worker/cluster/leader/ready", timeout=2).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"gave up waiting for {what}")
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
