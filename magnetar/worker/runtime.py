@@ -6,8 +6,10 @@ to stop, watch and query it. Two implementations:
 * ``ProcessRuntime`` (the default): one OS process per instance, started with the "spawn"
   context as localrun does. The instance runs on that process's main thread, so ``timeoutMs``
   is enforced, a crash or a leak in user code stays inside it, and instances use all cores.
-  Reports (metrics snapshots, the final exit) come back over a one-way pipe that the handle
-  reads whenever it is asked something; the runtime manager asks every liveness interval.
+  Reports (metrics snapshots, the final exit) come back over a pipe that the handle reads
+  whenever it is asked something; the runtime manager asks every liveness interval (a pipe
+  left unread for minutes would make the instance wait on its next report). The same pipe is
+  the instance's lifeline: when the worker dies, its instances drain and exit.
 * ``ThreadRuntime``: a ``FunctionInstance`` on a thread of the worker process. Cheaper to
   start, but ``timeoutMs`` cannot be enforced (SIGALRM only interrupts the main thread), a
   thread cannot be killed, and user code shares the worker's memory and GIL.
@@ -15,6 +17,7 @@ to stop, watch and query it. Two implementations:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -118,26 +121,47 @@ class Runtime(Protocol):
 # --- process runtime ------------------------------------------------------------------------
 
 
-class _ReportPipe:
-    """The instance process's end of the report pipe, with the ``put`` it reports through.
+_ORPHAN_GRACE_S = 45.0
+"""How long an instance whose worker died may drain before it exits anyway."""
 
-    A write that fails means the worker is gone: the instance then stops itself gracefully
-    (SIGTERM runs the drain) instead of living on as an orphan nobody supervises.
+
+class _ReportPipe:
+    """The instance process's end of the pipe to its worker.
+
+    The instance reports through ``put``; the worker never writes, so a read returns only
+    when the worker is gone (end of file), which is how an orphaned instance notices.
     """
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
-        self._broken = False
 
     def put(self, report: object) -> None:
-        if self._broken:
-            return
-        try:
+        # a failed write means the worker is gone; the lifeline thread stops the instance
+        with contextlib.suppress(OSError):
             self._connection.send(report)
-        except OSError:
-            self._broken = True
-            logging.getLogger(__name__).warning("the worker is gone; stopping the instance")
-            os.kill(os.getpid(), signal.SIGTERM)
+
+    def wait_for_worker_exit(self) -> None:
+        """Block until the worker's end of the pipe closes."""
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                self._connection.recv()
+
+
+def _run_instance(spec: InstanceProcessSpec, reports: _ReportPipe) -> None:
+    """The instance process: ``run_instance_process`` plus a lifeline to the worker, so an
+    instance whose worker was killed drains and exits instead of running unsupervised (and
+    twice, once its instances are rescheduled elsewhere)."""
+
+    def lifeline() -> None:
+        reports.wait_for_worker_exit()
+        log.warning("the worker is gone; stopping the instance")
+        os.kill(os.getpid(), signal.SIGTERM)  # the graceful stop, on the main thread
+        time.sleep(_ORPHAN_GRACE_S)
+        log.error("the instance did not stop within %.0f s; exiting", _ORPHAN_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=lifeline, name="worker-lifeline", daemon=True).start()
+    run_instance_process(spec, reports)
 
 
 class _ProcessHandle:
@@ -169,7 +193,6 @@ class _ProcessHandle:
         deadline = time.monotonic() + timeout
         while True:
             if not self.is_alive():
-                self._read_reports()  # what it wrote just before exiting
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -181,8 +204,10 @@ class _ProcessHandle:
             wait(ready, remaining)
 
     def is_alive(self) -> bool:
+        alive = self._process.is_alive()  # also reaps an exited process
+        # read after the check: once it is seen dead, everything it reported has been read
         self._read_reports()
-        return self._process.is_alive()  # also reaps an exited process
+        return alive
 
     def snapshot(self) -> MetricsSnapshot | None:
         alive = self.is_alive()
@@ -195,7 +220,6 @@ class _ProcessHandle:
     def exit_error(self) -> str:
         if self.is_alive():
             return ""
-        self._read_reports()
         if self._exit is not None:
             return self._exit.error
         code = self._process.exitcode
@@ -242,9 +266,10 @@ class ProcessRuntime:
             worker_id=self.worker_id,
             function_version=str(spec.version),
         )
-        reader, writer = self._context.Pipe(duplex=False)
+        # Duplex: the instance writes reports, and reads only to learn that the worker died.
+        reader, writer = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=run_instance_process,
+            target=_run_instance,
             args=(process_spec, _ReportPipe(writer)),
             name=f"magnetar-instance {spec.key}",
             # a worker that exits without stopping its instances still takes them along
@@ -256,7 +281,7 @@ class ProcessRuntime:
             reader.close()
             raise
         finally:
-            # Only the child keeps a writing end, so reading sees EOF once it has exited.
+            # Only the child keeps its end, so each side sees EOF once the other has exited.
             writer.close()
         return _ProcessHandle(process, reader)
 

@@ -28,7 +28,7 @@ __all__ = ["BackoffPolicy", "RuntimeManager"]
 
 log = logging.getLogger(__name__)
 
-_LATEST_CRASHES = 10
+_LATEST_EXCEPTIONS = 10
 _RETIRE_POLL_S = 0.1
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
@@ -72,7 +72,7 @@ class _Instance:
     """Crashes in a row (for the backoff); reset once it has run fine for a while."""
     num_restarts: int = 0
     num_crashes: int = 0
-    crashes: deque[ExceptionInfo] = field(default_factory=lambda: deque(maxlen=_LATEST_CRASHES))
+    crashes: deque[ExceptionInfo] = field(default_factory=lambda: deque(maxlen=_LATEST_EXCEPTIONS))
     last_snapshot: MetricsSnapshot | None = None
     """The last report of the run that crashed, shown until the next run reports."""
 
@@ -226,7 +226,7 @@ class RuntimeManager:
             num_restarts=slot.num_restarts,
             worker_id=self.worker_id,
             system_exceptions=snapshot.system_exceptions + slot.num_crashes,
-            latest_system_exceptions=exceptions[-_LATEST_CRASHES:],
+            latest_system_exceptions=exceptions[-_LATEST_EXCEPTIONS:],
         )
 
     # --- the supervisor -------------------------------------------------------------------
@@ -235,6 +235,7 @@ class RuntimeManager:
         log.info("runtime manager of worker %s started", self.worker_id)
         while True:
             self._wake.clear()
+            failed = False
             try:
                 self._reap_retired()
                 self._check_liveness()
@@ -242,10 +243,11 @@ class RuntimeManager:
             except Exception:
                 # a misbehaving runtime must not end the supervision of every other instance
                 log.exception("runtime manager: supervising the instances failed; retrying")
+                failed = True
             with self._lock:
                 if self._closing and not self._retired:
                     break
-                timeout = self._next_wakeup()
+                timeout = self.liveness_interval_s if failed else self._next_wakeup()
             self._wake.wait(timeout)
         log.info("runtime manager of worker %s stopped", self.worker_id)
 

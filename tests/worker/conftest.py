@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -57,12 +58,17 @@ def start_manager(broker_url: str) -> Iterator[StartManager]:
 
 
 def pid_exists(pid: int) -> bool:
-    """Whether a process with this pid exists (a reaped child does not)."""
+    """Whether a process with this pid is running (an exited one, reaped or not, is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        # an orphan's zombie lingers until init reaps it; the state follows the "(name)"
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return stat.parent.exists()
 
 
 def receive_until(
