@@ -32,7 +32,11 @@ def broker_url(broker: EmbeddedBroker) -> str:
 @pytest.fixture(scope="session")
 def client(broker_url: str) -> Iterator[pulsar.Client]:
     """A pulsar-client connected to the session broker (quiet unless something is wrong)."""
-    c = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    c = pulsar.Client(
+        broker_url,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        operation_timeout_seconds=10,
+    )
     yield c
     c.close()
 

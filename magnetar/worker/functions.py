@@ -8,6 +8,7 @@ this worker has applied the change (read-your-writes).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -116,17 +117,26 @@ class FunctionManager:
 
     def submit(self, change: FunctionChange) -> FunctionRecord | None:
         """Apply ``change`` on the leader (here or forwarded); return the applied record."""
-        try:
-            record = self._leader.write_function(change.fqfn, change.apply)
-        except NotLeaderError:
-            version = self._forward(change)
-            if not self._metadata.wait_for_version(change.fqfn, version, self._timeout):
-                raise ReplicationTimeoutError(
-                    f"the change to {change.fqfn} was made but has not reached this worker "
-                    f"within {self._timeout:.0f}s"
-                ) from None
-            return self._metadata.get(change.fqfn)
-        return record
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return self._leader.write_function(change.fqfn, change.apply)
+            except NotLeaderError:
+                current = self._assignments.current
+                leads_elsewhere = current is not None and current.leader.worker_id != (
+                    self._leader.worker_id
+                )
+                if leads_elsewhere or time.monotonic() > deadline:
+                    break
+                # This worker is the leader on record but still taking over: wait for it.
+                time.sleep(0.1)
+        version = self._forward(change)
+        if not self._metadata.wait_for_version(change.fqfn, version, self._timeout):
+            raise ReplicationTimeoutError(
+                f"the change to {change.fqfn} was made but has not reached this worker "
+                f"within {self._timeout:.0f}s"
+            )
+        return self._metadata.get(change.fqfn)
 
     def apply_forwarded(self, change: FunctionChange) -> int:
         """On the leader: apply a change another worker forwarded; the new version."""

@@ -69,6 +69,10 @@ class LeaderService:
         self._wake.set()
 
     @property
+    def worker_id(self) -> str:
+        return self._me.worker_id
+
+    @property
     def term(self) -> int | None:
         """The term this worker leads, None when it is not an established leader."""
         return self._term

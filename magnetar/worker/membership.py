@@ -64,7 +64,9 @@ class Membership:
             self._topic,
             _SUBSCRIPTION,
             consumer_type=pulsar.ConsumerType.Failover,
-            consumer_name=self.me.worker_id,
+            # The broker makes the lowest name active: prefixing the start time keeps the
+            # longest-running worker leader, so a restarted one does not take leadership back.
+            consumer_name=f"{time.time_ns():020d}-{self.me.worker_id}",
             receiver_queue_size=100,
         )
         for target, name in ((self._beat, "heartbeat"), (self._listen, "membership")):

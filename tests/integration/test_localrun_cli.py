@@ -55,9 +55,11 @@ class LocalRunProcess:
 
     def interrupt(self, signum: int = signal.SIGINT, timeout: float = 60.0) -> tuple[int, str]:
         self.process.send_signal(signum)
-        stdout, _ = self.process.communicate(timeout=timeout)
+        # Not communicate(): the reader thread owns stderr, and both would lose lines.
+        self.process.wait(timeout)
         self._reader.join(5)
-        return self.process.returncode, stdout
+        assert self.process.stdout is not None
+        return self.process.returncode, self.process.stdout.read()
 
 
 @pytest.fixture
