@@ -12,9 +12,8 @@ from typing import Any
 
 import pulsar
 
-from magnetar.worker.exceptions import ReplicationTimeoutError
 from magnetar.worker.model import Assignment, WorkerInfo
-from magnetar.worker.tailer import TopicTailer
+from magnetar.worker.tailer import ReplicatedState
 
 __all__ = ["AssignmentManager", "AssignmentRecord"]
 
@@ -62,7 +61,7 @@ class AssignmentRecord:
         )
 
 
-class AssignmentManager:
+class AssignmentManager(ReplicatedState):
     """Replays the assignments topic and keeps the record in force."""
 
     def __init__(
@@ -71,30 +70,10 @@ class AssignmentManager:
         topic: str,
         on_change: Callable[[AssignmentRecord], None] | None = None,
     ) -> None:
-        self._client = client
-        self._topic = topic
+        super().__init__(client, topic, "assignments")
         self._on_change = on_change
         self._current: AssignmentRecord | None = None
         self._lock = threading.Lock()
-        self._tailer = TopicTailer(client, topic, self._apply, "assignments")
-        self._producer: Any = None
-
-    def start(self) -> None:
-        self._tailer.start()
-
-    def stop(self) -> None:
-        self._tailer.stop()
-        if self._producer is not None:
-            try:
-                self._producer.close()
-            except Exception as error:
-                log.debug("closing the assignments producer failed: %s", error)
-
-    def wait_caught_up(self, timeout: float) -> bool:
-        return self._tailer.wait_caught_up(timeout)
-
-    def catch_up(self, timeout: float) -> bool:
-        return self._tailer.catch_up(timeout)
 
     @property
     def current(self) -> AssignmentRecord | None:
@@ -103,13 +82,7 @@ class AssignmentManager:
 
     def write(self, record: AssignmentRecord, timeout: float) -> None:
         """Publish ``record`` (leader only) and wait until it is applied here."""
-        if self._producer is None:
-            self._producer = self._client.create_producer(self._topic, batching_enabled=False)
-        message_id = self._producer.send(
-            json.dumps(record.to_json()).encode(), properties={"term": str(record.term)}
-        )
-        if not self._tailer.wait_applied(message_id, timeout):
-            raise ReplicationTimeoutError(f"the assignment was not applied within {timeout:.0f}s")
+        self._publish(json.dumps(record.to_json()).encode(), {"term": str(record.term)}, timeout)
 
     def _apply(self, message: Any) -> None:
         try:

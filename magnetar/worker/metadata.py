@@ -22,8 +22,8 @@ from typing import Any
 import pulsar
 
 from magnetar.instance.config import FunctionConfig
-from magnetar.worker.exceptions import NotLeaderError, ReplicationTimeoutError
-from magnetar.worker.tailer import TopicTailer
+from magnetar.worker.exceptions import NotLeaderError
+from magnetar.worker.tailer import ReplicatedState
 
 __all__ = ["FunctionRecord", "MetadataManager"]
 
@@ -89,36 +89,17 @@ class _State:
     term_owner: str = ""
 
 
-class MetadataManager:
+class MetadataManager(ReplicatedState):
     """Replays the metadata topic; the leader also writes it."""
 
     def __init__(
         self, client: pulsar.Client, topic: str, on_change: Callable[[], None] | None = None
     ) -> None:
-        self._client = client
-        self._topic = topic
+        super().__init__(client, topic, "metadata")
         self._on_change = on_change
         self._state = _State()
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._tailer = TopicTailer(client, topic, self._apply, "metadata")
-        self._producer: Any = None
-
-    # --- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._tailer.start()
-
-    def stop(self) -> None:
-        self._tailer.stop()
-        if self._producer is not None:
-            try:
-                self._producer.close()
-            except Exception as error:
-                log.debug("closing the metadata producer failed: %s", error)
-
-    def wait_caught_up(self, timeout: float) -> bool:
-        return self._tailer.wait_caught_up(timeout)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -140,9 +121,6 @@ class MetadataManager:
         with self._lock:
             return self._state.highest_term, self._state.term_owner
 
-    def catch_up(self, timeout: float) -> bool:
-        return self._tailer.catch_up(timeout)
-
     def version_of(self, fqfn: str) -> int:
         """The function's latest version, counting deletes."""
         with self._lock:
@@ -162,7 +140,7 @@ class MetadataManager:
     def mark_term(self, term: int, leader_id: str, timeout: float) -> bool:
         """Claim ``term`` for ``leader_id`` before anything else it writes; False when
         another leader owns it (or a newer one) by now."""
-        self._send(b"", {"type": _TERM_MARKER, "term": str(term), "leader": leader_id}, timeout)
+        self._publish(b"", {"type": _TERM_MARKER, "term": str(term), "leader": leader_id}, timeout)
         return self.term_owner() == (term, leader_id)
 
     def write(
@@ -192,7 +170,7 @@ class MetadataManager:
                 "version": str(version),
             }
             if proposed is None:
-                self._send(b"", properties, timeout)
+                self._publish(b"", properties, timeout)
             else:
                 code_changed = current is None or (proposed.config, proposed.package) != (
                     current.config,
@@ -208,7 +186,7 @@ class MetadataManager:
                         version if code_changed or current is None else current.config_version
                     ),
                 )
-                self._send(json.dumps(record.to_json()).encode(), properties, timeout)
+                self._publish(json.dumps(record.to_json()).encode(), properties, timeout)
             applied = self.get(fqfn)
             accepted = self.version_of(fqfn) == version and (
                 applied is None
@@ -218,15 +196,6 @@ class MetadataManager:
             if not accepted:
                 raise NotLeaderError(f"the write of {fqfn} was superseded by a newer leader")
             return applied
-
-    def _send(self, value: bytes, properties: dict[str, str], timeout: float) -> None:
-        if self._producer is None:
-            self._producer = self._client.create_producer(self._topic, batching_enabled=False)
-        message_id = self._producer.send(value, properties=properties)
-        if not self._tailer.wait_applied(message_id, timeout):
-            raise ReplicationTimeoutError(
-                f"the metadata write was not applied within {timeout:.0f}s"
-            )
 
     # --- replay -------------------------------------------------------------------------
 

@@ -16,8 +16,9 @@ from typing import Any
 import pulsar
 
 from magnetar.instance.positions import Position, position
+from magnetar.worker.exceptions import ReplicationTimeoutError
 
-__all__ = ["TopicTailer"]
+__all__ = ["ReplicatedState", "TopicTailer"]
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +137,46 @@ class TopicTailer:
         except Exception:
             # The broker cannot give the last message id of an empty topic: nothing to read.
             return self._applied != _NOTHING
+
+
+class ReplicatedState:
+    """Base of a state replicated through one topic: every worker replays it with
+    ``_apply``; the leader appends with ``_publish``, which returns once applied here."""
+
+    def __init__(self, client: pulsar.Client, topic: str, name: str) -> None:
+        self._client = client
+        self._topic = topic
+        self._name = name
+        self._tailer = TopicTailer(client, topic, self._apply, name)
+        self._producer: Any = None
+
+    def start(self) -> None:
+        self._tailer.start()
+
+    def stop(self) -> None:
+        self._tailer.stop()
+        if self._producer is not None:
+            try:
+                self._producer.close()
+            except Exception as error:
+                log.debug("closing the %s producer failed: %s", self._name, error)
+
+    def wait_caught_up(self, timeout: float) -> bool:
+        """Wait until the replay has reached where the topic ended at start."""
+        return self._tailer.wait_caught_up(timeout)
+
+    def catch_up(self, timeout: float) -> bool:
+        """Wait until everything published so far is applied (a new leader's view)."""
+        return self._tailer.catch_up(timeout)
+
+    def _publish(self, value: bytes, properties: dict[str, str], timeout: float) -> None:
+        if self._producer is None:
+            self._producer = self._client.create_producer(self._topic, batching_enabled=False)
+        message_id = self._producer.send(value, properties=properties)
+        if not self._tailer.wait_applied(message_id, timeout):
+            raise ReplicationTimeoutError(
+                f"the {self._name} write was not applied within {timeout:.0f}s"
+            )
+
+    def _apply(self, message: Any) -> None:
+        raise NotImplementedError
