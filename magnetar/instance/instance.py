@@ -55,6 +55,7 @@ _POSITIONS = {
     SubscriptionPosition.EARLIEST: pulsar.InitialPosition.Earliest,
 }
 _INPUT_TOPIC = "__pfn_input_topic__"
+_PREFETCH_DRAIN_S = 1.0
 _INPUT_MSG_ID = "__pfn_input_msg_id__"
 
 
@@ -310,7 +311,27 @@ class FunctionInstance:
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, previous_handler)
             if self._drain:
+                self._process_prefetched()
                 self._finish_in_flight()
+
+    def _process_prefetched(self) -> None:
+        """On a graceful stop, also finish what the consumers already hold: handing a large
+        prefetched backlog back on close can stall the subscription on pulsar-lite, and it
+        would only be redelivered. Bounded, since the broker refills the queue meanwhile."""
+        deadline = time.monotonic() + _PREFETCH_DRAIN_S
+        budget = self.options.receiver_queue_size
+        while budget > 0 and not self._rewind and time.monotonic() < deadline:
+            messages: list[Any] = []
+            for consumer in self._consumers:
+                try:
+                    while len(messages) < min(budget, self.options.max_chunk):
+                        messages.append((consumer, consumer.receive(0)))
+                except (pulsar.Timeout, pulsar.AlreadyClosed):
+                    pass
+            if not messages:
+                return
+            self._process_chunk(messages)
+            budget -= len(messages)
 
     def _receive(self) -> list[Any]:
         """Up to ``max_chunk`` messages: wait for the first, then take what is queued."""
