@@ -5,7 +5,8 @@ message, which caps a Python producer far below what the client can do. A Pulsar
 completes its sends in order, and a failure (timeout, closed producer) fails every send still
 pending after it, so one callback on the *last* send of a chunk of inputs on each producer
 tells whether the whole chunk is persisted. Sends that can fail on their own (a message too
-large for the broker) get a callback of their own.
+large for the broker) get a callback of their own, and such a failure redelivers only the
+input that produced the send.
 
 ``Chunk`` is the unit: the inputs to acknowledge and the number of callbacks still to come.
 ``ChunkSender`` holds back each producer's latest send so it can be the one that carries the
@@ -26,8 +27,9 @@ import pulsar
 
 __all__ = ["Chunk", "ChunkSender", "Completion"]
 
-Completion = tuple["Chunk", Any]
-"""A chunk and the result of one of its send callbacks (``pulsar.Result``)."""
+Completion = tuple["Chunk", Any, Any]
+"""A chunk, the result of one of its send callbacks (``pulsar.Result``), and the input
+message whose send it was when that send can fail alone (else None)."""
 
 
 @dataclass(eq=False)
@@ -39,7 +41,9 @@ class Chunk:
     pending: int = 0
     """Send callbacks still to arrive."""
     error: str = ""
-    """The first send failure, if any."""
+    """The first failure that fails every input of the chunk, if any."""
+    failed: dict[int, str] = field(default_factory=dict)
+    """``id()`` of an input message -> why a send of its own failed (only it is redelivered)."""
     settled: bool = False
     """Acknowledged (or redelivered) already; a late send cannot settle it twice."""
 
@@ -49,6 +53,8 @@ class _HeldSend:
     content: bytes
     kwargs: dict[str, Any]
     user_callback: Callable[[Any, Any], None] | None
+    owner: Any = None
+    """The input message this send belongs to, for sends that can fail alone."""
 
 
 class ChunkSender:
@@ -67,10 +73,12 @@ class ChunkSender:
         content: bytes,
         kwargs: dict[str, Any],
         user_callback: Callable[[Any, Any], None] | None = None,
+        owner: Any = None,
     ) -> None:
-        """Send ``content`` on ``producer`` as part of ``chunk``."""
+        """Send ``content`` on ``producer`` as part of ``chunk``, on behalf of the input
+        message ``owner``."""
         if len(content) >= self._large or user_callback is not None:
-            self._issue(chunk, producer, _HeldSend(content, kwargs, user_callback), True)
+            self._issue(chunk, producer, _HeldSend(content, kwargs, user_callback, owner), True)
             return
         held = self._held.get(producer)
         self._held[producer] = _HeldSend(content, kwargs, None)
@@ -84,28 +92,28 @@ class ChunkSender:
         for producer, send in held.items():
             self._issue(chunk, producer, send, True)
         if chunk.pending == 0:
-            self.completions.append((chunk, pulsar.Result.Ok))
+            self.completions.append((chunk, pulsar.Result.Ok, None))
 
     def _issue(self, chunk: Chunk, producer: Any, send: _HeldSend, tracked: bool) -> None:
         callback = None
         if tracked:
             chunk.pending += 1
-            callback = self._callback(chunk, send.user_callback)
+            callback = self._callback(chunk, send.user_callback, send.owner)
         try:
             producer.send_async(send.content, callback, **send.kwargs)
         except Exception as error:  # e.g. producer closed: fail the chunk, never lose it
             if callback is None:
                 chunk.pending += 1
             chunk.error = chunk.error or f"send to {producer.topic()} failed: {error}"
-            self.completions.append((chunk, pulsar.Result.UnknownError))
+            self.completions.append((chunk, pulsar.Result.UnknownError, None))
 
     def _callback(
-        self, chunk: Chunk, user_callback: Callable[[Any, Any], None] | None
+        self, chunk: Chunk, user_callback: Callable[[Any, Any], None] | None, owner: Any
     ) -> Callable[[Any, Any], None]:
         completions, completed = self.completions, self.completed
 
         def on_sent(result: Any, message_id: Any) -> None:
-            completions.append((chunk, result))
+            completions.append((chunk, result, owner))
             completed.set()
             if user_callback is not None:
                 # the client aborts the process when a callback raises

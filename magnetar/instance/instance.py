@@ -412,7 +412,8 @@ class FunctionInstance:
             except Exception as error:
                 self._fail(consumer, message, error)
                 return
-            self._sender.send(chunk, self._output, content, self._output_kwargs(message, topic))
+            kwargs = self._output_kwargs(message, topic)
+            self._sender.send(chunk, self._output, content, kwargs, owner=message)
         metrics.processed += 1
         if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
             chunk.inputs.append((consumer, message))
@@ -492,9 +493,12 @@ class FunctionInstance:
     def _acknowledge_completed(self) -> None:
         completions = self._sender.completions
         while completions:
-            chunk, result = completions.popleft()
-            if result != pulsar.Result.Ok and not chunk.error:
-                chunk.error = f"send failed: {result}"
+            chunk, result, owner = completions.popleft()
+            if result != pulsar.Result.Ok:
+                if owner is not None:
+                    chunk.failed.setdefault(id(owner), f"send failed: {result}")
+                elif not chunk.error:
+                    chunk.error = f"send failed: {result}"
             chunk.pending -= 1
             if chunk.pending > 0 or chunk.settled:
                 continue
@@ -510,9 +514,20 @@ class FunctionInstance:
                 )
                 for consumer, message in chunk.inputs:
                     self._redeliver(consumer, message)
-            else:
-                for consumer, message in chunk.inputs:
+                continue
+            for consumer, message in chunk.inputs:
+                failure = chunk.failed.get(id(message))
+                if failure is None:
                     consumer.acknowledge(message)
+                    continue
+                self.metrics.record_system_exception(failure)
+                log.warning(
+                    "%s: message %s will be redelivered: %s",
+                    self.config.fqfn,
+                    message.message_id(),
+                    failure,
+                )
+                self._redeliver(consumer, message)
 
     def _finish_in_flight(self) -> None:
         for producer in list(self._producers.values()):
@@ -563,7 +578,14 @@ class FunctionInstance:
         message_conf: dict[str, Any],
         callback: Callable[[Any, Any], None] | None,
     ) -> None:
-        self._sender.send(self._chunk, self._producer(topic), payload, message_conf, callback)
+        self._sender.send(
+            self._chunk,
+            self._producer(topic),
+            payload,
+            message_conf,
+            callback,
+            owner=self._context.message,
+        )
 
     def ack(self, message_id: Any, topic: str) -> None:
         consumer = self._consumer_by_topic.get(topic) or self._consumers[0]
