@@ -118,8 +118,10 @@ def read(
         _broker_url(obj), topics, starting_offsets, ending_offsets, starting_time, ending_time
     )
     options.update(_key_values(extra))
-    from magnetar.spark_connector import write_files
+    from magnetar.spark_connector import check_read_options, write_files
 
+    with _spark_errors():
+        check_read_options(options)  # before Spark takes seconds to start
     with _spark_errors(), _session(master, "magnetar-spark-read") as session:
         frame = session.read.format("pulsar").options(**options).load()
         write_files(frame, path, file_format)
@@ -217,8 +219,11 @@ def replay(
             err=True,
         )
 
+    from magnetar.spark_connector import check_read_options
     from magnetar.spark_connector import replay as run_replay
 
+    with _spark_errors():
+        check_read_options(options)  # before Spark takes seconds to start
     with _spark_errors(), _session(master, f"magnetar-replay-{config.name}") as session:
         report = run_replay(
             session,
@@ -337,12 +342,15 @@ def _spark_errors() -> Iterator[None]:
 
 
 def _spark_error_text(error: Exception) -> str:
-    """The Python error inside a Spark error, else Spark's first line."""
+    """The Python error inside a Spark error (ours without its class name, as when raised
+    here), else Spark's first line."""
+    from magnetar.spark_connector import exceptions
+
     text = str(error)
     found = _PYTHON_ERROR.findall(text)
     if found:
         kind, message = found[-1]
-        return f"{kind}: {message}"
+        return message if kind in exceptions.__all__ else f"{kind}: {message}"
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 

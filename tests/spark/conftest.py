@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -89,4 +90,4 @@ def texts(frame: DataFrame) -> list[str]:
 def id_json(topic: str, message_id: Any) -> str:
     """``{"<topic>": [signed bytes]}``, as StreamNative users write offsets."""
     signed = [b - 256 if b > 127 else b for b in message_id.serialize()]
-    return '{"%s": %s}' % (full(topic), signed)
+    return json.dumps({full(topic): signed})

@@ -137,3 +137,17 @@ def test_empty_topic_reads_as_no_rows(
     assert read(spark, broker_url, topic=f"{topic}-never-written").count() == 0
     both = read(spark, broker_url, topics=f"{topic}-empty,{topic}-full")
     assert texts(both) == ["x", "y"]
+
+
+def test_missing_messages_fail_the_read_unless_told_otherwise(
+    spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str
+) -> None:
+    ids = produce(client, topic, ["a", "b", "c"])
+    beyond = pulsar.MessageId(-1, ids[-1].ledger_id(), ids[-1].entry_id() + 10, -1)
+    options = {"endingOffsets": id_json(topic, beyond), "pollTimeoutMs": "1000"}
+
+    with pytest.raises(Exception, match=r"no message after position .* failOnDataLoss=false"):
+        read(spark, broker_url, topic=topic, **options).count()
+
+    lenient = read(spark, broker_url, topic=topic, failOnDataLoss="false", **options)
+    assert texts(lenient) == ["a", "b", "c"]

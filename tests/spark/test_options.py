@@ -53,7 +53,7 @@ def test_batch_read_rejects(spark: SparkSession, options: dict[str, str], messag
 
 
 def test_missing_service_url_is_named() -> None:
-    with pytest.raises(InvalidOptionError, match="option service.url is required"):
+    with pytest.raises(InvalidOptionError, match=r"option service\.url is required"):
         parse_source_options({"topic": "t"}, "batch")
     with pytest.raises(InvalidOptionError, match="not a Pulsar service URL"):
         parse_source_options({"topic": "t", "service.url": "http://x:8080"}, "batch")

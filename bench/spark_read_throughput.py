@@ -1,0 +1,202 @@
+"""Spark batch read throughput: ``spark.read.format("pulsar") ... .count()`` vs a single plain
+pulsar-client reader loop, in the same run, over the same topics.
+
+The messages (100 bytes each) are spread evenly over 1, 2 and 4 topics. The plain loop
+reads the topics one after the other with one reader each, skipping the duplicates
+pulsar-lite's readers deliver (the rule the connector uses too), and touches every payload.
+Spark runs on ``--master`` (``local[*]`` by default) after a warm-up read of as many topics,
+so the figures exclude starting the session and its Python workers. Each side runs
+``--repeat`` times, alternating; the JSON holds every time and the medians.
+
+    python bench/spark_read_throughput.py [--messages 1000000] [--topics 1,2,4]
+        [--repeat 1] [--broker-url URL] [--master local[*]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pulsar
+from pyspark.sql import SparkSession
+
+from magnetar.broker import EmbeddedBroker
+from magnetar.spark_connector import spark_session
+
+ROOT = Path(__file__).resolve().parent.parent
+PAYLOAD = b"x" * 100
+
+
+def fill(client: pulsar.Client, topic: str, count: int) -> None:
+    producer = client.create_producer(
+        topic,
+        batching_enabled=True,
+        batching_max_publish_delay_ms=10,
+        block_if_queue_full=True,
+        max_pending_messages=10_000,
+    )
+    for _ in range(count):
+        producer.send_async(PAYLOAD, None)
+    producer.flush()
+    producer.close()
+
+
+def plain_loop(client: pulsar.Client, topics: list[str], per_topic: int) -> float:
+    """Seconds for one reader per topic, in turn, to read every message once."""
+    started = time.perf_counter()
+    total_bytes = 0
+    for topic in topics:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        last = (-1, -1, -1)
+        read = 0
+        while read < per_topic:
+            message = reader.read_next(30_000)
+            message_id = message.message_id()
+            position = (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+            if position <= last:
+                continue  # a redelivery
+            last = position
+            total_bytes += len(message.data())
+            read += 1
+        reader.close()
+    elapsed = time.perf_counter() - started
+    assert total_bytes == len(PAYLOAD) * per_topic * len(topics)
+    return elapsed
+
+
+def spark_count(spark: SparkSession, url: str, topics: list[str], expected: int) -> float:
+    """Seconds for a batch read of ``topics`` to count every message."""
+    started = time.perf_counter()
+    count = (
+        spark.read.format("pulsar")
+        .option("service.url", url)
+        .option("topics", ",".join(topics))
+        .load()
+        .count()
+    )
+    elapsed = time.perf_counter() - started
+    assert count == expected, f"Spark counted {count}, expected {expected}"
+    return elapsed
+
+
+def measure(
+    spark: SparkSession, client: pulsar.Client, url: str, messages: int, topics: int, repeat: int
+) -> dict[str, Any]:
+    per_topic = messages // topics
+    names = [f"bench-spark-{uuid.uuid4().hex[:8]}-{i}" for i in range(topics)]
+    for name in names:
+        fill(client, name, per_topic)
+    total = per_topic * topics
+    times: dict[str, list[float]] = {"plain": [], "spark": []}
+    for round_ in range(repeat):
+        order = ["plain", "spark"] if round_ % 2 == 0 else ["spark", "plain"]
+        for side in order:
+            if side == "plain":
+                seconds = plain_loop(client, names, per_topic)
+            else:
+                seconds = spark_count(spark, url, names, total)
+            times[side].append(seconds)
+            print(
+                f"  {topics} topic(s) {side:<6} {total / seconds:>12,.0f} msg/s",
+                file=sys.stderr,
+                flush=True,
+            )
+    plain = total / statistics.median(times["plain"])
+    fast = total / statistics.median(times["spark"])
+    megabytes = total * len(PAYLOAD) / 1e6
+    return {
+        "topics": topics,
+        "messages": total,
+        "plain_seconds": times["plain"],
+        "spark_seconds": times["spark"],
+        "plain_msgs_per_s": plain,
+        "spark_msgs_per_s": fast,
+        "plain_mb_per_s": megabytes / statistics.median(times["plain"]),
+        "spark_mb_per_s": megabytes / statistics.median(times["spark"]),
+        "ratio": fast / plain,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--topics", default="1,2,4", help="comma-separated topic counts")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--broker-url")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument(
+        "--output", default=str(ROOT / "bench" / "results" / "spark_read_throughput.json")
+    )
+    args = parser.parse_args()
+    topic_counts = [int(n) for n in args.topics.split(",")]
+
+    data_dir = tempfile.mkdtemp(prefix="magnetar-bench-")
+    broker = None
+    spark = None
+    client = None
+    try:
+        url = args.broker_url
+        if url is None:
+            broker = EmbeddedBroker(data_dir).start()
+            url = broker.service_url
+        client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        spark = spark_session(
+            args.master,
+            "magnetar-bench-spark-read",
+            {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        # As many topics as the widest run, so every Python worker has started.
+        warm_up = [
+            f"bench-spark-warm-up-{uuid.uuid4().hex[:8]}-{i}" for i in range(max(topic_counts))
+        ]
+        for name in warm_up:
+            fill(client, name, 10_000)
+        spark_count(spark, url, warm_up, 10_000 * len(warm_up))
+
+        results: dict[str, Any] = {
+            "messages": args.messages,
+            "payload_bytes": len(PAYLOAD),
+            "repeat": args.repeat,
+            "master": args.master,
+            "cpus": os.cpu_count(),
+            "runs": [
+                measure(spark, client, url, args.messages, topics, args.repeat)
+                for topics in topic_counts
+            ],
+        }
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2))
+        print(
+            f"\n{'topics':>6} {'plain msg/s':>12} {'plain MB/s':>11} "
+            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6}"
+        )
+        for run in results["runs"]:
+            print(
+                f"{run['topics']:>6} {run['plain_msgs_per_s']:>12,.0f} "
+                f"{run['plain_mb_per_s']:>11.1f} {run['spark_msgs_per_s']:>12,.0f} "
+                f"{run['spark_mb_per_s']:>11.1f} {run['ratio']:>6.2f}"
+            )
+        print(f"\nwritten to {output}")
+    finally:
+        if spark is not None:
+            spark.stop()
+        if client is not None:
+            client.close()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

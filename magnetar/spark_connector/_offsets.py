@@ -1,0 +1,189 @@
+"""Message ids as positions, and the offsets JSON Spark checkpoints.
+
+A *position* is ``(ledger, entry, batch_index)``: the place of one message in its topic
+partition, ordered as the broker stores them (``batch_index`` is -1 for a message that is
+not part of a batch). A range ``(start, end]`` holds every message whose position is greater
+than ``start`` and not greater than ``end``; an offset is always the position of the last
+message already read.
+
+Two sentinels make the comparisons exact:
+
+* ``BEFORE_EARLIEST`` sorts before every message: the start of a range that has read nothing.
+* An end inside ledger ``l``, entry ``e`` with batch index ``ENTRY_END`` covers the whole
+  entry, which is what an entry-level id (``batch_index == -1``) means as an end: the broker
+  reports the last message of a batched topic that way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pulsar
+
+from magnetar.spark_connector.exceptions import InvalidOptionError
+from magnetar.topics import base_topic, full_topic_name
+
+__all__ = [
+    "BEFORE_EARLIEST",
+    "ENTRY_END",
+    "Position",
+    "batch_size",
+    "decode_offset",
+    "encode_offset",
+    "end_position",
+    "inclusive_start_position",
+    "parse_offsets_json",
+    "position_of",
+    "reader_start",
+]
+
+Position = tuple[int, int, int]
+"""``(ledger_id, entry_id, batch_index)`` of a message in its topic partition."""
+
+BEFORE_EARLIEST: Position = (-1, -1, -1)
+"""Sorts before every stored message (ledger ids start at 0)."""
+
+ENTRY_END = 2**31 - 1
+"""A batch index after every message of an entry: ``(l, e, ENTRY_END)`` ends at entry e."""
+
+
+def position_of(message_id: Any) -> Position:
+    """The position of a ``pulsar.MessageId``."""
+    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+
+
+def batch_size(serialized_id: bytes) -> int:
+    """The ``batch_size`` (field 6) of a serialized ``MessageIdData``; 0 when absent.
+
+    The Python client exposes a message's batch index but not its batch's size, which tells
+    whether a message ends its entry.
+    """
+    index = 0
+    while index < len(serialized_id):
+        key, index = _varint(serialized_id, index)
+        field_number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, index = _varint(serialized_id, index)
+            if field_number == 6:
+                return value
+        elif wire_type == 2:
+            length, index = _varint(serialized_id, index)
+            index += length
+        else:
+            return 0  # MessageIdData has no fixed-width fields
+    return 0
+
+
+def _varint(data: bytes, index: int) -> tuple[int, int]:
+    value = shift = 0
+    while index < len(data):
+        byte = data[index]
+        index += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    return value, index
+
+
+def inclusive_start_position(message_id: Any) -> Position:
+    """The exclusive start of a range that includes the message ``message_id`` itself.
+
+    ``(l, e, b - 1)`` sorts right before ``(l, e, b)``; for an entry-level id (``b == -1``)
+    it also sorts before every message of a batch stored in that entry.
+    """
+    ledger, entry, batch = position_of(message_id)
+    return (ledger, entry, batch - 1)
+
+
+def end_position(message_id: Any) -> Position:
+    """The inclusive end of a range ending at ``message_id``; an entry-level id covers its
+    whole entry, since it may stand for a batch (how the broker reports a last message)."""
+    ledger, entry, batch = position_of(message_id)
+    return (ledger, entry, ENTRY_END if batch < 0 else batch)
+
+
+def reader_start(start: Position) -> tuple[Any, bool]:
+    """Where a reader for the range after ``start`` begins: ``(message_id, inclusive)``.
+
+    The reader starts at the whole entry holding ``start`` (or at the earliest message);
+    the entry's messages up to ``start`` are skipped on the client, as readers redeliver
+    them anyway on pulsar-lite.
+    """
+    if start == BEFORE_EARLIEST:
+        return pulsar.MessageId.earliest, True
+    ledger, entry, _ = start
+    return pulsar.MessageId(-1, ledger, entry, -1), True
+
+
+def encode_offset(positions: Mapping[str, Position]) -> dict[str, list[int]]:
+    """A streaming offset: topic partition -> ``[ledger, entry, batch]``, keys sorted, so an
+    unchanged offset serializes to exactly the same JSON."""
+    return {topic: list(positions[topic]) for topic in sorted(positions)}
+
+
+def decode_offset(offset: Mapping[str, Any]) -> dict[str, Position]:
+    """The positions in a streaming offset written by :func:`encode_offset`."""
+    positions: dict[str, Position] = {}
+    for topic, value in offset.items():
+        if not (isinstance(value, list) and len(value) == 3):
+            raise InvalidOptionError(
+                f"offset of {topic} in the checkpoint is {value!r}, not [ledger, entry, batch]: "
+                "the checkpoint was not written by the pulsar data source"
+            )
+        positions[topic] = (int(value[0]), int(value[1]), int(value[2]))
+    return positions
+
+
+def parse_offsets_json(option: str, text: str, topics: Iterable[str]) -> dict[str, Any]:
+    """``{"<topic>": [signed bytes of MessageId.serialize()]}`` -> topic -> ``MessageId``.
+
+    Names may be short or full, of a topic or of one of its partitions
+    (``<topic>-partition-<n>``); each must belong to one of ``topics`` (full names).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidOptionError(
+            f"{option} is neither 'earliest', 'latest' nor valid JSON ({error.msg} at "
+            f'position {error.pos}); expected {{"<topic>": [message id bytes]}}'
+        ) from None
+    if not isinstance(data, dict) or not data:
+        raise InvalidOptionError(
+            f'{option} JSON must be a non-empty object {{"<topic>": [message id bytes]}}, '
+            f"got {text!r}"
+        )
+    known = set(topics)
+    ids: dict[str, Any] = {}
+    for name, raw in data.items():
+        try:
+            topic = full_topic_name(name)
+        except ValueError as error:
+            raise InvalidOptionError(f"{option}: {error}") from None
+        if base_topic(topic) not in known:
+            raise InvalidOptionError(
+                f"{option} names {topic}, which is not read; topics read: "
+                f"{', '.join(sorted(known))}"
+            )
+        ids[topic] = _message_id(option, topic, raw)
+    return ids
+
+
+def _message_id(option: str, topic: str, raw: Any) -> Any:
+    if not (
+        isinstance(raw, list)
+        and raw
+        and all(isinstance(b, int) and not isinstance(b, bool) and -128 <= b <= 255 for b in raw)
+    ):
+        raise InvalidOptionError(
+            f"{option} for {topic} must be the bytes of MessageId.serialize() as a JSON list "
+            f"of integers (-128..255), got {raw!r}"
+        )
+    try:
+        return pulsar.MessageId.deserialize(bytes(b & 0xFF for b in raw))
+    except Exception as error:
+        raise InvalidOptionError(
+            f"{option} for {topic} is not a serialized message id: {error}"
+        ) from None

@@ -1,0 +1,157 @@
+"""`magnetar spark read|replay`, invoked as the `spark` click group (registered in the app
+elsewhere) with the global options a user passes to `magnetar`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pulsar
+import pytest
+from click.testing import CliRunner, Result
+from pyspark.sql import SparkSession
+
+from magnetar.cli.app import CliContext
+from magnetar.cli.spark import spark as spark_group
+from tests.conftest import EXAMPLES
+from tests.spark.conftest import full, id_json, produce, read, texts
+
+pytestmark = pytest.mark.spark
+
+
+def run(broker_url: str | None, *args: str, output: str = "json") -> Result:
+    return CliRunner().invoke(
+        spark_group, list(args), obj=CliContext("http://127.0.0.1:8080", broker_url, output)
+    )
+
+
+def test_read_writes_files_and_reports_counts(
+    spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str, tmp_path: Path
+) -> None:
+    ids = produce(client, topic, [f"m{i}" for i in range(20)], batched=True)
+    produce(client, f"{topic}-2", ["other"])
+    out = tmp_path / "out"
+
+    result = run(
+        broker_url,
+        *("read", "--topic", topic, "--topic", f"{topic}-2", "--format", "json"),
+        *("--ending-offsets", id_json(topic, ids[9]), "--path", str(out)),
+    )
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "path": str(out),
+        "format": "json",
+        "messages": 11,
+        "topics": {full(topic): 10, full(f"{topic}-2"): 1},
+    }
+    values = sorted(row["value"] for row in spark.read.json(str(out)).collect())
+    assert values == sorted(["other"] + [f"m{i}" for i in range(10)])
+
+
+def test_read_as_a_table_for_people(
+    spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str, tmp_path: Path
+) -> None:
+    produce(client, topic, ["a", "b"])
+
+    result = run(
+        broker_url, "read", "--topic", topic, "--path", str(tmp_path / "p"), output="table"
+    )
+
+    assert result.exit_code == 0, result.output
+    width = len(full(topic))
+    assert result.stdout.splitlines() == [
+        f"{'topic':<{width}}  messages",
+        f"{full(topic)}  {2:>8}",
+        f"2 messages written to {tmp_path / 'p'} (parquet)",
+    ]
+    assert sorted(texts(spark.read.parquet(str(tmp_path / "p")))) == ["a", "b"]
+
+
+def test_replay_from_code_to_a_topic(
+    spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str
+) -> None:
+    ids = produce(client, topic, [f"in{i}" for i in range(12)])
+
+    result = run(
+        broker_url,
+        *("replay", "--py", str(EXAMPLES / "exclamation.py")),
+        *("--classname", "exclamation.ExclamationFunction", "--topic", topic),
+        *("--starting-offsets", id_json(topic, ids[2]), "--to-topic", f"{topic}-out"),
+    )
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["inputs"] == 10
+    assert report["outputs"] == 10
+    assert report["userExceptions"] == 0
+    assert texts(read(spark, broker_url, topic=f"{topic}-out")) == [f"in{i}!" for i in range(2, 12)]
+
+
+def test_replay_by_fqfn_needs_a_worker(broker_url: str, topic: str) -> None:
+    result = run(
+        broker_url, "replay", "--fqfn", "public/default/excl", "--topic", topic, "--path", "x"
+    )
+
+    assert result.exit_code == 2
+    assert "needs a Magnetar worker" in result.output
+    assert "--py and --classname" in result.output
+
+
+def test_bad_offsets_give_one_clear_line(broker_url: str, topic: str, tmp_path: Path) -> None:
+    result = run(
+        broker_url,
+        *("read", "--topic", topic, "--starting-offsets", "{oops"),
+        *("--path", str(tmp_path / "never")),
+    )
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "Error: startingOffsets is neither 'earliest', 'latest' nor valid JSON"
+    )
+    assert len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_function_that_does_not_load_is_reported_before_the_job(
+    broker_url: str, client: pulsar.Client, topic: str, tmp_path: Path
+) -> None:
+    produce(client, topic, ["a"])
+    result = run(
+        broker_url,
+        *("replay", "--py", str(EXAMPLES / "exclamation.py"), "--classname", "exclamation.Nope"),
+        *("--topic", topic, "--path", str(tmp_path / "out")),
+    )
+
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "Error: module 'exclamation' has no class or function 'Nope'; it defines: "
+        "ExclamationFunction\n"
+    )
+
+
+def test_errors_inside_a_spark_job_are_one_line_too(
+    broker_url: str, client: pulsar.Client, topic: str, tmp_path: Path
+) -> None:
+    """A range ending past the last message: the executor's read gives up after
+    pollTimeoutMs (failOnDataLoss defaults to true)."""
+    ids = produce(client, topic, ["a", "b"])
+    beyond = pulsar.MessageId(-1, ids[-1].ledger_id(), ids[-1].entry_id() + 100, -1)
+
+    result = run(
+        broker_url,
+        *("read", "--topic", topic, "--ending-offsets", id_json(topic, beyond)),
+        *("--option", "pollTimeoutMs=1500", "--path", str(tmp_path / "out")),
+    )
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {full(topic)}: no message after position")
+    assert "set failOnDataLoss=false to read what is there" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_missing_broker_is_a_usage_error(tmp_path: Path) -> None:
+    result = run(None, "read", "--topic", "t", "--path", str(tmp_path / "x"))
+
+    assert result.exit_code == 2
+    assert "no Pulsar broker given" in result.output
