@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import click
 
 from magnetar.cli.functions import functions
+from magnetar.cli.spark import spark
 from magnetar.cli.topics import topics
 from magnetar.cli.worker import standalone, worker
 
@@ -55,7 +56,7 @@ def main(ctx: click.Context, admin_url: str, broker_url: str | None, output_form
 
 
 main.add_command(functions)
-if topics:
-    main.add_command(topics)
+main.add_command(topics)
+main.add_command(spark)
 main.add_command(worker)
 main.add_command(standalone)

@@ -1,5 +1,5 @@
-"""`magnetar spark read|replay`, invoked as the `spark` click group (registered in the app
-elsewhere) with the global options a user passes to `magnetar`."""
+"""`magnetar spark read|replay`, invoked through `magnetar` with the global options a user
+passes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 
-from magnetar.cli.app import CliContext
-from magnetar.cli.spark import spark as spark_group
+from magnetar.cli import main
 from tests.conftest import EXAMPLES
 from tests.spark.conftest import full, id_json, produce, read, texts
 
@@ -20,9 +19,8 @@ pytestmark = pytest.mark.spark
 
 
 def run(broker_url: str | None, *args: str, output: str = "json") -> Result:
-    return CliRunner().invoke(
-        spark_group, list(args), obj=CliContext("http://127.0.0.1:8080", broker_url, output)
-    )
+    options = ["--output", output] + (["--broker-url", broker_url] if broker_url else [])
+    return CliRunner().invoke(main, [*options, "spark", *args])
 
 
 def test_read_writes_files_and_reports_counts(
