@@ -22,6 +22,8 @@ class CliContext:
     """The worker's REST admin URL."""
     broker_url: str | None
     """The Pulsar service URL; None where a command may start the embedded broker."""
+    auth_token: str | None
+    """Bearer token sent to the admin API (a JWT when the worker checks tokens)."""
     output: str
     """``table`` for people, ``json`` for programs."""
 
@@ -41,6 +43,12 @@ class CliContext:
     help="Pulsar service URL, e.g. pulsar://localhost:6650.",
 )
 @click.option(
+    "--auth-token",
+    envvar="MAGNETAR_AUTH_TOKEN",
+    default=None,
+    help="Bearer token for the admin API, when the worker requires one.",
+)
+@click.option(
     "--output",
     "output_format",
     type=click.Choice(["table", "json"]),
@@ -50,9 +58,15 @@ class CliContext:
 )
 @click.version_option(package_name="magnetar")
 @click.pass_context
-def main(ctx: click.Context, admin_url: str, broker_url: str | None, output_format: str) -> None:
+def main(
+    ctx: click.Context,
+    admin_url: str,
+    broker_url: str | None,
+    auth_token: str | None,
+    output_format: str,
+) -> None:
     """Magnetar: run Apache Pulsar Functions from Python."""
-    ctx.obj = CliContext(admin_url, broker_url, output_format)
+    ctx.obj = CliContext(admin_url, broker_url, auth_token, output_format)
 
 
 main.add_command(functions)
