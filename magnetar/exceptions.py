@@ -6,7 +6,9 @@ MagnetarError
  |    +-- InvalidFunctionConfigError, FunctionLoadError, SerDeError, StateNotConfiguredError
  +-- WorkerError                      (magnetar.worker.exceptions)
  |    +-- WorkerConfigError, NotLeaderError, LeaderUnavailableError, FunctionExistsError,
- |        FunctionNotFoundError, PackageError, ReplicationTimeoutError
+ |        FunctionNotFoundError, PackageError, ReplicationTimeoutError, TriggerError,
+ |        TriggerTimeoutError, AuthenticationError, AuthorizationError,
+ |        BrokerAdminError (+-- BrokerAdminUnreachableError)
  +-- SparkConnectorError              (magnetar.spark_connector.exceptions)
 """
 

@@ -12,10 +12,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ExceptionInfo", "InstanceMetrics", "MetricsSnapshot"]
+__all__ = ["ExceptionInfo", "InstanceMetrics", "MetricsSnapshot", "WindowCounts"]
 
 _LATEST_EXCEPTIONS = 10
 _LATENCY_WINDOW = 4096
+_WINDOW_S = 60.0
+_WINDOW_STEP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,26 @@ class ExceptionInfo:
 
     def to_json(self) -> dict[str, Any]:
         return {"exceptionString": self.exception_string, "timestampMs": self.timestamp_ms}
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """Counts over the last minute (Pulsar's ``1min`` stats)."""
+
+    received: int = 0
+    processed: int = 0
+    user_exceptions: int = 0
+    system_exceptions: int = 0
+    average_latency_ms: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "receivedTotal": self.received,
+            "processedSuccessfullyTotal": self.processed,
+            "systemExceptionsTotal": self.system_exceptions,
+            "userExceptionsTotal": self.user_exceptions,
+            "avgProcessLatency": self.average_latency_ms,
+        }
 
 
 @dataclass(frozen=True)
@@ -48,6 +70,7 @@ class MetricsSnapshot:
     user_metrics: dict[str, float]
     num_restarts: int = 0
     worker_id: str = ""
+    last_minute: WindowCounts = field(default_factory=WindowCounts)
 
     def status(self) -> dict[str, Any]:
         """The instance part of Pulsar's FunctionStatus."""
@@ -80,6 +103,7 @@ class MetricsSnapshot:
                 "userExceptionsTotal": self.user_exceptions,
                 "avgProcessLatency": self.average_latency_ms,
                 "p99ProcessLatency": self.p99_latency_ms,
+                "1min": self.last_minute.to_json(),
                 "lastInvocation": self.last_invocation_ms,
                 "userMetrics": dict(self.user_metrics),
             },
@@ -108,6 +132,10 @@ class InstanceMetrics:
     user_metric_sums: dict[str, float] = field(default_factory=dict)
     user_metric_counts: dict[str, int] = field(default_factory=dict)
     error: str = ""
+    _marks: deque[tuple[float, int, int, int, int, float, int]] = field(
+        default_factory=lambda: deque(maxlen=int(_WINDOW_S / _WINDOW_STEP_S) + 2)
+    )
+    """(time, counters...) about once a second, for the last minute's counts."""
 
     def record_user_exception(self, error: BaseException | str) -> None:
         self.user_exceptions += 1
@@ -142,6 +170,34 @@ class InstanceMetrics:
                 name: total / self.user_metric_counts[name]
                 for name, total in self.user_metric_sums.items()
             },
+            last_minute=self._last_minute(),
+        )
+
+    def _last_minute(self) -> WindowCounts:
+        now = time.monotonic()
+        mark = (
+            now,
+            self.received,
+            self.processed,
+            self.user_exceptions,
+            self.system_exceptions,
+            self.latency_total_s,
+            self.latency_count,
+        )
+        marks = self._marks
+        if not marks or now - marks[-1][0] >= _WINDOW_STEP_S:
+            marks.append(mark)
+        while len(marks) > 1 and now - marks[0][0] > _WINDOW_S:
+            marks.popleft()
+        first = marks[0]
+        latency_count = mark[6] - first[6]
+        latency_s = (mark[5] - first[5]) / latency_count if latency_count else 0.0
+        return WindowCounts(
+            received=mark[1] - first[1],
+            processed=mark[2] - first[2],
+            user_exceptions=mark[3] - first[3],
+            system_exceptions=mark[4] - first[4],
+            average_latency_ms=latency_s * 1000,
         )
 
 

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from magnetar.worker.exceptions import WorkerConfigError
 
@@ -56,7 +57,50 @@ class WorkerConfig(BaseModel):
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     """Longest delay between restarts of a crashing instance."""
     request_timeout_s: float = Field(default=10.0, gt=0)
-    """How long a REST call waits for the cluster (leader, replication)."""
+    """How long a REST call waits for the cluster (leader, replication, a trigger's output)."""
+    max_package_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    """Largest function package accepted; a request body may be 1 MiB more."""
+    authentication_enabled: bool = False
+    """Require a bearer token (JWT) on the admin API; see ``magnetar.worker.auth``."""
+    token_secret_key: str | None = None
+    """Secret key of HS256 tokens: file:///path, data:;base64,<key>, a path or base64."""
+    token_public_key: str | None = None
+    """Public key of RS256/ES256 tokens (PEM or DER), given like ``token_secret_key``."""
+    token_auth_claim: str = "sub"
+    """The token claim that names the caller's role."""
+    superuser_roles: tuple[str, ...] = ()
+    """Roles that may do everything (comma-separated in the environment)."""
+    tenant_admin_roles: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Tenant -> roles that may manage its functions (JSON in the environment)."""
+
+    @field_validator("superuser_roles", mode="before")
+    @classmethod
+    def _split_roles(cls, value: Any) -> Any:
+        return (
+            [r.strip() for r in value.split(",") if r.strip()] if isinstance(value, str) else value
+        )
+
+    @field_validator("tenant_admin_roles", mode="before")
+    @classmethod
+    def _parse_tenant_roles(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f'must be JSON such as {{"acme": ["acme-admin"]}}: {error}'
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> WorkerConfig:
+        if self.authentication_enabled and (self.token_secret_key is None) == (
+            self.token_public_key is None
+        ):
+            raise ValueError(
+                "authentication_enabled needs exactly one of token_secret_key and token_public_key"
+            )
+        return self
 
     def system_topic(self, name: str) -> str:
         return f"persistent://{self.system_namespace}/{name}"

@@ -33,3 +33,27 @@ class PackageError(WorkerError):
 
 class ReplicationTimeoutError(WorkerError):
     """A write was accepted but this worker did not see it applied in time."""
+
+
+class TriggerError(WorkerError):
+    """A trigger request cannot be carried out (e.g. the topic is not an input)."""
+
+
+class TriggerTimeoutError(WorkerError):
+    """The triggered function gave no output in time."""
+
+
+class AuthenticationError(WorkerError):
+    """A request carries no valid credentials (HTTP 401)."""
+
+
+class AuthorizationError(WorkerError):
+    """The caller's role may not do what it asked (HTTP 403)."""
+
+
+class BrokerAdminError(WorkerError):
+    """The Apache Pulsar admin API refused a request; the message names the call and reason."""
+
+
+class BrokerAdminUnreachableError(BrokerAdminError):
+    """The Apache Pulsar admin API could not be reached at all (connection, timeout)."""

@@ -17,6 +17,8 @@ import httpx
 from magnetar.instance.config import FunctionConfig
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
     FunctionExistsError,
     FunctionNotFoundError,
     LeaderUnavailableError,
@@ -115,8 +117,13 @@ class FunctionManager:
         self._leader = leader
         self._timeout = timeout_s
 
-    def submit(self, change: FunctionChange) -> FunctionRecord | None:
-        """Apply ``change`` on the leader (here or forwarded); return the applied record."""
+    def submit(
+        self, change: FunctionChange, authorization: str | None = None
+    ) -> FunctionRecord | None:
+        """Apply ``change`` on the leader (here or forwarded); return the applied record.
+
+        ``authorization`` (the caller's Authorization header) goes along when the change is
+        forwarded, so the leader checks the same credentials."""
         deadline = time.monotonic() + self._timeout
         while True:
             try:
@@ -130,7 +137,7 @@ class FunctionManager:
                     break
                 # This worker is the leader on record but still taking over: wait for it.
                 time.sleep(0.1)
-        version = self._forward(change)
+        version = self._forward(change, authorization)
         if not self._metadata.wait_for_version(change.fqfn, version, self._timeout):
             raise ReplicationTimeoutError(
                 f"the change to {change.fqfn} was made but has not reached this worker "
@@ -143,13 +150,16 @@ class FunctionManager:
         self._leader.write_function(change.fqfn, change.apply)
         return self._metadata.version_of(change.fqfn)
 
-    def _forward(self, change: FunctionChange) -> int:
+    def _forward(self, change: FunctionChange, authorization: str | None) -> int:
         current = self._assignments.current
         if current is None or current.leader.worker_id == "":
             raise LeaderUnavailableError("no leader is known yet; retry in a moment")
         url = current.leader.admin_url.rstrip("/") + FORWARD_PATH
         try:
-            response = httpx.post(url, json=change.to_json(), timeout=self._timeout)
+            headers = {"Authorization": authorization} if authorization else {}
+            response = httpx.post(
+                url, json=change.to_json(), headers=headers, timeout=self._timeout
+            )
         except httpx.HTTPError as error:
             raise LeaderUnavailableError(
                 f"the leader {current.leader.worker_id} at {current.leader.admin_url} cannot "
@@ -159,6 +169,8 @@ class FunctionManager:
             return int(response.json()["version"])
         reason = _reason(response)
         errors: dict[int, type[WorkerError]] = {
+            401: AuthenticationError,
+            403: AuthorizationError,
             404: FunctionNotFoundError,
             409: FunctionExistsError,
             503: LeaderUnavailableError,

@@ -178,6 +178,25 @@ class RuntimeManager:
                     )
         self._wake.set()
 
+    def restart(self, key: str) -> bool:
+        """Restart an instance assigned here (gracefully: it drains first); False if it is
+        not assigned here. The new run starts once the old one has exited."""
+        with self._lock:
+            slot = self._instances.get(key)
+            if slot is None or self._closing:
+                return False
+            now = time.monotonic()
+            self._retire(slot, "restart requested", now)
+            self._instances[key] = _Instance(
+                slot.spec,
+                start_at=now,
+                num_restarts=slot.num_restarts + 1,
+                num_crashes=slot.num_crashes,
+                crashes=slot.crashes,
+            )
+        self._wake.set()
+        return True
+
     # --- what is running ------------------------------------------------------------------
 
     def status(self, key: str) -> MetricsSnapshot | None:

@@ -13,6 +13,7 @@ import uvicorn
 
 from magnetar.client import create_client
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.auth import AdminAuth, RoleAuthorizer, TokenAuthenticator, read_key
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
@@ -25,6 +26,7 @@ from magnetar.worker.rest import RestServices, create_app
 from magnetar.worker.runtime import make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
+from magnetar.worker.trigger import FunctionTrigger
 
 __all__ = ["WorkerService"]
 
@@ -92,14 +94,16 @@ class WorkerService:
             self.metadata, self.assignments, self.leader, config.request_timeout_s
         )
         services = RestServices(
-            config,
-            self.metadata,
-            self.assignments,
-            self.membership,
-            self.leader,
-            self.functions,
-            self.packages,
-            self.runtime,
+            config=config,
+            metadata=self.metadata,
+            assignments=self.assignments,
+            membership=self.membership,
+            leader=self.leader,
+            functions=self.functions,
+            packages=self.packages,
+            instances=self.runtime,
+            trigger=FunctionTrigger(client),
+            auth=_admin_auth(config),
         )
         self.metadata.start()
         self.assignments.start()
@@ -169,3 +173,18 @@ class WorkerService:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
+
+
+def _admin_auth(config: WorkerConfig) -> AdminAuth | None:
+    """Token checks for the admin API, when the config turns them on."""
+    if not config.authentication_enabled:
+        return None
+    secret, public = config.token_secret_key, config.token_public_key
+    return AdminAuth(
+        TokenAuthenticator(
+            secret_key=read_key(secret) if secret else None,
+            public_key=read_key(public) if public else None,
+            role_claim=config.token_auth_claim,
+        ),
+        RoleAuthorizer(config.superuser_roles, config.tenant_admin_roles),
+    )

@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from magnetar import __version__
+from magnetar.worker.rest.auth import authorize_request
 from magnetar.worker.rest.cluster import cluster_router
 from magnetar.worker.rest.errors import install_error_handlers
 from magnetar.worker.rest.functions import functions_router
+from magnetar.worker.rest.instances import instances_router
+from magnetar.worker.rest.metrics import metrics_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
+from magnetar.worker.rest.trigger import trigger_router
 
 __all__ = ["InstanceStatuses", "RestServices", "create_app"]
 
 
 def create_app(services: RestServices) -> FastAPI:
     """The admin API of one worker, serving from ``services``."""
-    app = FastAPI(title="Magnetar worker", version=__version__)
+    app = FastAPI(
+        title="Magnetar worker",
+        version=__version__,
+        dependencies=[Depends(authorize_request)],
+    )
     app.state.services = services
     install_error_handlers(app)
     app.include_router(cluster_router)
     app.include_router(functions_router)
+    app.include_router(instances_router)
+    app.include_router(trigger_router)
+    app.include_router(metrics_router)
 
     @app.get("/version", tags=["worker"])
     def version() -> dict[str, str]:

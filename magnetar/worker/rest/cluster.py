@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-import httpx
 from fastapi import APIRouter, Body, Query, Request
 
-from magnetar.worker.exceptions import LeaderUnavailableError, NotLeaderError
+from magnetar.worker.exceptions import NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
+from magnetar.worker.rest.auth import caller_role
 from magnetar.worker.rest.errors import ApiError
-from magnetar.worker.rest.services import RestServices
+from magnetar.worker.rest.peers import call_leader, leader
+from magnetar.worker.rest.peers import services as _services
 
 __all__ = ["cluster_router"]
 
@@ -28,38 +29,6 @@ def _worker_json(worker: WorkerInfo) -> dict[str, Any]:
     }
 
 
-def _services(request: Request) -> RestServices:
-    services: RestServices = request.app.state.services
-    return services
-
-
-def _leader(services: RestServices) -> WorkerInfo:
-    current = services.assignments.current
-    if current is None:
-        raise ApiError(503, "no leader is known yet; the cluster is starting")
-    return current.leader
-
-
-def _on_leader(
-    services: RestServices, method: str, path: str, params: dict[str, str] | None = None
-) -> None:
-    """Send a leader-only request to the leader when this worker is not it."""
-    leader = _leader(services)
-    try:
-        response = httpx.request(
-            method,
-            leader.admin_url.rstrip("/") + path,
-            params=params,
-            timeout=services.config.request_timeout_s,
-        )
-    except httpx.HTTPError as error:
-        raise LeaderUnavailableError(
-            f"the leader at {leader.admin_url} cannot be reached: {error}"
-        ) from None
-    if response.status_code >= 400:
-        raise ApiError(response.status_code, response.json().get("reason", response.text))
-
-
 cluster_router = APIRouter(prefix="/admin/v2/worker", tags=["worker"])
 
 
@@ -72,7 +41,7 @@ def get_cluster(request: Request) -> list[dict[str, Any]]:
 
 @cluster_router.get("/cluster/leader")
 def get_leader(request: Request) -> dict[str, Any]:
-    return _worker_json(_leader(_services(request)))
+    return _worker_json(leader(_services(request)))
 
 
 @cluster_router.get("/cluster/leader/ready")
@@ -100,7 +69,7 @@ def rebalance(request: Request) -> None:
     try:
         services.leader.rebalance()
     except NotLeaderError:
-        _on_leader(services, "PUT", "/admin/v2/worker/rebalance")
+        call_leader(request, "PUT", "/admin/v2/worker/rebalance")
 
 
 @cluster_router.put("/leader/drain")
@@ -110,7 +79,7 @@ def drain(request: Request, worker_id: str = Query(alias="workerId")) -> None:
     try:
         services.leader.drain(worker_id)
     except NotLeaderError:
-        _on_leader(services, "PUT", "/admin/v2/worker/leader/drain", {"workerId": worker_id})
+        call_leader(request, "PUT", "/admin/v2/worker/leader/drain", params={"workerId": worker_id})
 
 
 @cluster_router.get("/leader/drain")
@@ -127,4 +96,11 @@ def drain_status(request: Request, worker_id: str = Query(alias="workerId")) -> 
 def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]) -> dict[str, int]:
     """A function change forwarded by a worker that is not the leader."""
     services = _services(request)
-    return {"version": services.functions.apply_forwarded(FunctionChange.from_json(change))}
+    try:
+        forwarded = FunctionChange.from_json(change)
+    except (KeyError, TypeError) as error:
+        raise ApiError(400, f"malformed function change: {error}") from None
+    role = caller_role(request)
+    if services.auth is not None and role is not None:
+        services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
+    return {"version": services.functions.apply_forwarded(forwarded)}

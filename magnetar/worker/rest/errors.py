@@ -9,11 +9,15 @@ from fastapi.responses import JSONResponse
 from magnetar.exceptions import MagnetarError
 from magnetar.instance.exceptions import FunctionLoadError, InvalidFunctionConfigError
 from magnetar.worker.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
     FunctionExistsError,
     FunctionNotFoundError,
     LeaderUnavailableError,
     NotLeaderError,
     ReplicationTimeoutError,
+    TriggerError,
+    TriggerTimeoutError,
 )
 
 __all__ = ["ApiError", "install_error_handlers"]
@@ -21,6 +25,10 @@ __all__ = ["ApiError", "install_error_handlers"]
 _STATUS: list[tuple[type[MagnetarError], int]] = [
     (InvalidFunctionConfigError, 400),
     (FunctionLoadError, 400),
+    (TriggerError, 400),
+    (AuthenticationError, 401),
+    (AuthorizationError, 403),
+    (TriggerTimeoutError, 408),
     (FunctionNotFoundError, 404),
     (FunctionExistsError, 409),
     (NotLeaderError, 503),

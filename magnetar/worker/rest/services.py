@@ -7,12 +7,14 @@ from typing import Protocol
 
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.auth import AdminAuth
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.packages import PackageStore
+from magnetar.worker.trigger import FunctionTrigger
 
 __all__ = ["InstanceStatuses", "RestServices"]
 
@@ -20,7 +22,17 @@ __all__ = ["InstanceStatuses", "RestServices"]
 class InstanceStatuses(Protocol):
     """The runtime manager's view of the instances running here."""
 
-    def status(self, key: str) -> MetricsSnapshot | None: ...
+    def status(self, key: str) -> MetricsSnapshot | None:
+        """The status of an instance assigned here; None if it is not assigned here."""
+        ...
+
+    def statuses(self) -> dict[str, MetricsSnapshot]:
+        """Every instance assigned here, by instance key."""
+        ...
+
+    def restart(self, key: str) -> bool:
+        """Restart an instance assigned here; False if it is not assigned here."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,9 @@ class RestServices:
     functions: FunctionManager
     packages: PackageStore
     instances: InstanceStatuses
+    trigger: FunctionTrigger
+    auth: AdminAuth | None = None
+    """Token checks; None when authentication is off."""
 
     def ready(self) -> bool:
         """Caught up with the cluster and a leader is known."""

@@ -1,0 +1,257 @@
+"""The paths about a function's instances: status, stats, start, stop and restart, for the
+whole function or one instance (``.../{instanceId}/...``).
+
+Whole-function answers gather every instance; each instance is answered by the worker that
+runs it (see ``peers``), so any worker answers for the whole cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from magnetar.instance.metrics import MetricsSnapshot, WindowCounts
+from magnetar.worker.functions import FunctionChange, Operation
+from magnetar.worker.metadata import FunctionRecord
+from magnetar.worker.model import instance_key
+from magnetar.worker.rest.errors import ApiError
+from magnetar.worker.rest.peers import call_worker, raise_for_answer, services
+from magnetar.worker.rest.services import RestServices
+
+__all__ = ["function_record", "instances_router"]
+
+instances_router = APIRouter(prefix="/admin/v3/functions", tags=["functions"])
+
+_FUNCTION = "/{tenant}/{namespace}/{name}"
+_INSTANCE = "/{tenant}/{namespace}/{name}/{instance_id:int}"
+
+
+def function_record(found: RestServices, tenant: str, namespace: str, name: str) -> FunctionRecord:
+    """The function's record; 404 when there is none."""
+    fqfn = f"{tenant}/{namespace}/{name}"
+    record = found.metadata.get(fqfn)
+    if record is None:
+        raise ApiError(404, f"function {fqfn} doesn't exist")
+    return record
+
+
+def _instance_ids(record: FunctionRecord, instance_id: int | None) -> list[int]:
+    parallelism = record.function_config().parallelism
+    if instance_id is None:
+        return list(range(parallelism))
+    if not 0 <= instance_id < parallelism:
+        raise ApiError(
+            404,
+            f"function {record.fqfn} has no instance {instance_id} "
+            f"(parallelism {parallelism}: instances 0 to {parallelism - 1})",
+        )
+    return [instance_id]
+
+
+def _owner(found: RestServices, record: FunctionRecord, instance_id: int) -> str | None:
+    current = found.assignments.current
+    return current.assignment.get(instance_key(record.fqfn, instance_id)) if current else None
+
+
+# --- status and stats ---------------------------------------------------------------------
+
+
+def _snapshot_or_reason(
+    request: Request, record: FunctionRecord, instance_id: int, kind: str
+) -> MetricsSnapshot | dict[str, Any] | str:
+    """The local snapshot of an instance, the owner's JSON answer about it (``kind`` is
+    "status" or "stats"), or why it is not running."""
+    found = services(request)
+    owner = _owner(found, record, instance_id)
+    if instance_id in record.stopped:
+        return "stopped"
+    if owner is None:
+        return "not assigned to any worker"
+    if owner == found.config.worker_id:
+        snapshot = found.instances.status(instance_key(record.fqfn, instance_id))
+        return "starting" if snapshot is None else snapshot
+    try:
+        response = call_worker(
+            request, owner, "GET", f"/admin/v3/functions/{record.fqfn}/{instance_id}/{kind}"
+        )
+    except ApiError as error:
+        return error.reason
+    if response.status_code != 200:
+        return f"worker {owner} answered {response.status_code}"
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def _instance_status(request: Request, record: FunctionRecord, instance_id: int) -> dict[str, Any]:
+    """The ``status`` object of Pulsar's FunctionInstanceStatus."""
+    found = _snapshot_or_reason(request, record, instance_id, "status")
+    if isinstance(found, MetricsSnapshot):
+        return dict(found.status()["status"])
+    if isinstance(found, dict):
+        return found
+    return dict(_idle(instance_id).status()["status"]) | {"error": found}
+
+
+def _instance_stats(request: Request, record: FunctionRecord, instance_id: int) -> dict[str, Any]:
+    """Pulsar's FunctionInstanceStatsData of one instance (zeros when it is not running)."""
+    found = _snapshot_or_reason(request, record, instance_id, "stats")
+    if isinstance(found, MetricsSnapshot):
+        return dict(found.stats()["metrics"])
+    if isinstance(found, dict):
+        return found
+    return dict(_idle(instance_id).stats()["metrics"])
+
+
+@instances_router.get(_FUNCTION + "/status")
+def function_status(request: Request, tenant: str, namespace: str, name: str) -> dict[str, Any]:
+    """FunctionStatus: every instance's status, asked of the worker that runs it."""
+    record = function_record(services(request), tenant, namespace, name)
+    statuses = {i: _instance_status(request, record, i) for i in _instance_ids(record, None)}
+    return {
+        "numInstances": len(statuses),
+        "numRunning": sum(1 for status in statuses.values() if status["running"]),
+        "instances": [{"instanceId": i, "status": status} for i, status in statuses.items()],
+    }
+
+
+@instances_router.get(_INSTANCE + "/status")
+def instance_status(
+    request: Request, tenant: str, namespace: str, name: str, instance_id: int
+) -> dict[str, Any]:
+    """FunctionInstanceStatusData of one instance."""
+    record = function_record(services(request), tenant, namespace, name)
+    _instance_ids(record, instance_id)
+    return _instance_status(request, record, instance_id)
+
+
+@instances_router.get(_FUNCTION + "/stats")
+def function_stats(request: Request, tenant: str, namespace: str, name: str) -> dict[str, Any]:
+    """FunctionStats: totals over the instances, the last minute, and each instance."""
+    record = function_record(services(request), tenant, namespace, name)
+    stats = {i: _instance_stats(request, record, i) for i in _instance_ids(record, None)}
+    metrics = list(stats.values())
+    return {
+        **_totals(metrics),
+        "1min": _totals([m.get("1min", {}) for m in metrics]),
+        "lastInvocation": max((m.get("lastInvocation") or 0 for m in metrics), default=0),
+        "instances": [{"instanceId": i, "metrics": m} for i, m in stats.items()],
+    }
+
+
+@instances_router.get(_INSTANCE + "/stats")
+def instance_stats(
+    request: Request, tenant: str, namespace: str, name: str, instance_id: int
+) -> dict[str, Any]:
+    """FunctionInstanceStatsData of one instance."""
+    record = function_record(services(request), tenant, namespace, name)
+    _instance_ids(record, instance_id)
+    return _instance_stats(request, record, instance_id)
+
+
+_TOTALS = (
+    "receivedTotal",
+    "processedSuccessfullyTotal",
+    "systemExceptionsTotal",
+    "userExceptionsTotal",
+)
+
+
+def _totals(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sums of the counters; the latency is the mean over instances that processed any."""
+    totals: dict[str, Any] = {field: sum(m.get(field) or 0 for m in metrics) for field in _TOTALS}
+    latencies = [m["avgProcessLatency"] for m in metrics if m.get("processedSuccessfullyTotal")]
+    totals["avgProcessLatency"] = sum(latencies) / len(latencies) if latencies else None
+    return totals
+
+
+def _idle(instance_id: int) -> MetricsSnapshot:
+    return MetricsSnapshot(
+        instance_id=instance_id,
+        running=False,
+        error="",
+        received=0,
+        processed=0,
+        user_exceptions=0,
+        system_exceptions=0,
+        latest_user_exceptions=[],
+        latest_system_exceptions=[],
+        average_latency_ms=0.0,
+        p99_latency_ms=0.0,
+        last_invocation_ms=0,
+        user_metrics={},
+        last_minute=WindowCounts(),
+    )
+
+
+# --- start, stop, restart -----------------------------------------------------------------
+
+
+def _run_state(
+    request: Request, tenant: str, namespace: str, name: str, op: Operation, instance_id: int | None
+) -> None:
+    found = services(request)
+    record = function_record(found, tenant, namespace, name)
+    if instance_id is not None:
+        _instance_ids(record, instance_id)
+    change = FunctionChange(op, record.fqfn, instance_id=instance_id)
+    found.functions.submit(change, request.headers.get("authorization"))
+
+
+def _restart(request: Request, record: FunctionRecord, instance_id: int | None) -> None:
+    """Restart the instances that run (a stopped one stays stopped), each by its worker."""
+    found = services(request)
+    ids = _instance_ids(record, instance_id)
+    if instance_id is not None and instance_id in record.stopped:
+        raise ApiError(400, f"instance {instance_id} of {record.fqfn} is stopped: start it instead")
+    for i in ids:
+        if i in record.stopped:
+            continue
+        owner = _owner(found, record, i)
+        if owner is None:
+            raise ApiError(503, f"instance {i} of {record.fqfn} is not assigned to a worker yet")
+        if owner == found.config.worker_id:
+            if not found.instances.restart(instance_key(record.fqfn, i)):
+                raise ApiError(503, f"instance {i} of {record.fqfn} is not running here yet")
+            continue
+        path = f"/admin/v3/functions/{record.fqfn}/{i}/restart"
+        raise_for_answer(call_worker(request, owner, "POST", path))
+
+
+@instances_router.post(_FUNCTION + "/start")
+def start(request: Request, tenant: str, namespace: str, name: str) -> None:
+    """Start every instance (kept in the metadata, so it survives restarts)."""
+    _run_state(request, tenant, namespace, name, "start", None)
+
+
+@instances_router.post(_INSTANCE + "/start")
+def start_instance(
+    request: Request, tenant: str, namespace: str, name: str, instance_id: int
+) -> None:
+    _run_state(request, tenant, namespace, name, "start", instance_id)
+
+
+@instances_router.post(_FUNCTION + "/stop")
+def stop(request: Request, tenant: str, namespace: str, name: str) -> None:
+    """Stop every instance gracefully; they stay stopped until started."""
+    _run_state(request, tenant, namespace, name, "stop", None)
+
+
+@instances_router.post(_INSTANCE + "/stop")
+def stop_instance(
+    request: Request, tenant: str, namespace: str, name: str, instance_id: int
+) -> None:
+    _run_state(request, tenant, namespace, name, "stop", instance_id)
+
+
+@instances_router.post(_FUNCTION + "/restart")
+def restart(request: Request, tenant: str, namespace: str, name: str) -> None:
+    """Restart every running instance (each drains first)."""
+    _restart(request, function_record(services(request), tenant, namespace, name), None)
+
+
+@instances_router.post(_INSTANCE + "/restart")
+def restart_instance(
+    request: Request, tenant: str, namespace: str, name: str, instance_id: int
+) -> None:
+    _restart(request, function_record(services(request), tenant, namespace, name), instance_id)
