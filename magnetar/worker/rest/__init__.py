@@ -10,11 +10,15 @@ from magnetar.worker.rest.cluster import cluster_router
 from magnetar.worker.rest.errors import install_error_handlers
 from magnetar.worker.rest.functions import functions_router
 from magnetar.worker.rest.instances import instances_router
+from magnetar.worker.rest.limits import BodyLimit
 from magnetar.worker.rest.metrics import metrics_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
 from magnetar.worker.rest.trigger import trigger_router
 
 __all__ = ["InstanceStatuses", "RestServices", "create_app"]
+
+_FORM_OVERHEAD = 1024 * 1024
+"""Room in a request for the form fields around the largest package."""
 
 
 def create_app(services: RestServices) -> FastAPI:
@@ -26,6 +30,7 @@ def create_app(services: RestServices) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=services.config.max_package_bytes + _FORM_OVERHEAD)
     app.include_router(cluster_router)
     app.include_router(functions_router)
     app.include_router(instances_router)

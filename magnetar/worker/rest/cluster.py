@@ -72,24 +72,48 @@ def rebalance(request: Request) -> None:
         call_leader(request, "PUT", "/admin/v2/worker/rebalance")
 
 
-@cluster_router.put("/leader/drain")
-def drain(request: Request, worker_id: str = Query(alias="workerId")) -> None:
-    """Move every instance off ``workerId`` and give it no new ones."""
+def _drain(request: Request, worker_id: str) -> None:
     services = _services(request)
+    current = services.assignments.current
+    if current is not None and worker_id not in {w.worker_id for w in current.workers}:
+        members = ", ".join(sorted(w.worker_id for w in current.workers))
+        raise ApiError(404, f"worker {worker_id!r} is not in the cluster (members: {members})")
     try:
         services.leader.drain(worker_id)
     except NotLeaderError:
         call_leader(request, "PUT", "/admin/v2/worker/leader/drain", params={"workerId": worker_id})
 
 
-@cluster_router.get("/leader/drain")
-def drain_status(request: Request, worker_id: str = Query(alias="workerId")) -> dict[str, Any]:
-    """Whether ``workerId`` is draining, and how many instances it still has."""
+def _drain_status(request: Request, worker_id: str) -> dict[str, Any]:
     current = _services(request).assignments.current
     draining = current is not None and worker_id in current.draining
     left = sum(1 for w in (current.assignment.values() if current else []) if w == worker_id)
     status = "NOT_RUN" if not draining else ("SUCCESS" if left == 0 else "IN_PROGRESS")
     return {"workerId": worker_id, "status": status, "instancesLeft": left}
+
+
+@cluster_router.put("/leader/drain")
+def drain(request: Request, worker_id: str = Query(alias="workerId")) -> None:
+    """Move every instance off ``workerId`` and give it no new ones."""
+    _drain(request, worker_id)
+
+
+@cluster_router.get("/leader/drain")
+def drain_status(request: Request, worker_id: str = Query(alias="workerId")) -> dict[str, Any]:
+    """Whether ``workerId`` is draining, and how many instances it still has."""
+    return _drain_status(request, worker_id)
+
+
+@cluster_router.put("/drain")
+def drain_this_worker(request: Request) -> None:
+    """Drain the worker that receives this request."""
+    _drain(request, _services(request).config.worker_id)
+
+
+@cluster_router.get("/drain")
+def drain_status_of_this_worker(request: Request) -> dict[str, Any]:
+    """Whether the worker that receives this request is draining."""
+    return _drain_status(request, _services(request).config.worker_id)
 
 
 @cluster_router.post(FORWARD_PATH.removeprefix("/admin/v2/worker"), include_in_schema=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from magnetar.exceptions import MagnetarError
 from magnetar.instance.exceptions import FunctionLoadError, InvalidFunctionConfigError
@@ -59,8 +60,18 @@ def install_error_handlers(app: FastAPI) -> None:
     async def magnetar_error(request: Request, error: MagnetarError) -> JSONResponse:
         for kind, status_code in _STATUS:
             if isinstance(error, kind):
-                return _json(status_code, str(error))
+                response = _json(status_code, str(error))
+                if status_code == 401:
+                    response.headers["WWW-Authenticate"] = "Bearer"
+                return response
         return _json(500, str(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        response = _json(error.status_code, str(error.detail))
+        for name, value in (error.headers or {}).items():
+            response.headers[name] = value
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:

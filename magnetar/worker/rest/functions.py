@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import PurePath
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
+import httpx
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
@@ -20,8 +22,6 @@ from magnetar.worker.rest.services import RestServices
 __all__ = ["functions_router"]
 
 functions_router = APIRouter(prefix="/admin/v3/functions", tags=["functions"])
-
-_MAX_PACKAGE_BYTES = 100 * 1024 * 1024
 
 
 def _services(request: Request) -> RestServices:
@@ -56,13 +56,58 @@ def _config(raw: str, tenant: str, namespace: str, name: str) -> dict[str, Any]:
     return data
 
 
+async def _code(
+    services: RestServices, data: UploadFile | None, url: str | None
+) -> tuple[bytes, str] | None:
+    """The uploaded code and its file name: the ``data`` part or what ``url`` points at."""
+    limit = services.config.max_package_bytes
+    if data is not None and url:
+        raise ApiError(400, "give the function's code as data (a file part) or url, not both")
+    if data is not None:
+        content = await data.read(limit + 1)
+        filename = data.filename or ""
+    elif url:
+        content = await run_in_threadpool(_fetch, url, limit, services.auth is None)
+        filename = urlsplit(url).path
+    else:
+        return None
+    if len(content) > limit:
+        raise ApiError(413, f"the function package is larger than {limit} bytes")
+    return content, PurePath(filename).name
+
+
+def _fetch(url: str, limit: int, allow_files: bool) -> bytes:
+    """A package from an http(s) URL, or a file: URL on the worker (without authentication
+    only: with it, a tenant could read the worker's files)."""
+    scheme = urlsplit(url).scheme
+    if scheme == "file" and allow_files:
+        try:
+            with open(urlsplit(url).path, "rb") as file:
+                return file.read(limit + 1)
+        except OSError as error:
+            raise ApiError(400, f"cannot read the package {url}: {error.strerror}") from None
+    if scheme not in ("http", "https"):
+        allowed = "http, https or file" if allow_files else "http or https"
+        raise ApiError(400, f"the package url must be {allowed}, not {url!r}")
+    try:
+        with httpx.stream("GET", url, timeout=30, follow_redirects=True) as response:
+            if response.status_code != 200:
+                raise ApiError(400, f"fetching {url} answered HTTP {response.status_code}")
+            content = b""
+            for block in response.iter_bytes():
+                content += block
+                if len(content) > limit:
+                    break
+            return content
+    except httpx.HTTPError as error:
+        raise ApiError(400, f"cannot fetch the package {url}: {error}") from None
+
+
 async def _package(
-    services: RestServices, data: UploadFile, config: dict[str, Any]
+    services: RestServices, content: bytes, filename: str, config: dict[str, Any]
 ) -> dict[str, Any]:
-    content = await data.read(_MAX_PACKAGE_BYTES + 1)
-    if len(content) > _MAX_PACKAGE_BYTES:
-        raise ApiError(413, f"the function package is larger than {_MAX_PACKAGE_BYTES} bytes")
-    filename = PurePath(data.filename or config.get("py") or "function.py").name
+    """Check and store the code; point the config at it; the package reference."""
+    filename = filename or config.get("py") or "function.py"
     if filename.endswith(".py"):
         try:
             compile(content, filename, "exec")
@@ -78,22 +123,37 @@ async def _package(
     return ref.to_json()
 
 
+_CONFIG_PART = Form(alias="functionConfig", description="FunctionConfig JSON")
+_DATA_PART = File(description="The function's code: a .py file or a .zip")
+_URL_PART = Form(
+    description="Where to fetch the code instead: http(s)://, or file:// on the worker"
+)
+
+
 @functions_router.post("/{tenant}/{namespace}/{name}")
 async def register(
     request: Request,
     tenant: str,
     namespace: str,
     name: str,
-    function_config: Annotated[str, Form(alias="functionConfig")],
-    data: Annotated[UploadFile, File()],
+    function_config: Annotated[str, _CONFIG_PART],
+    data: Annotated[UploadFile | None, _DATA_PART] = None,
+    url: Annotated[str | None, _URL_PART] = None,
 ) -> None:
-    """Register a function: multipart ``functionConfig`` (JSON) and ``data`` (the code)."""
+    """Register a function: multipart ``functionConfig`` (JSON) and ``data`` (the code) or
+    ``url``."""
     services = _services(request)
+    fqfn = f"{tenant}/{namespace}/{name}"
     config = _config(function_config, tenant, namespace, name)
+    if services.metadata.get(fqfn) is not None:
+        raise ApiError(409, f"function {fqfn} already exists")
     FunctionConfig.parse({**config, "py": config.get("py") or "function.py"})
-    package = await _package(services, data, config)
+    code = await _code(services, data, url)
+    if code is None:
+        raise ApiError(400, "the function's code is missing: send it as data (a file) or url")
+    package = await _package(services, *code, config)
     FunctionConfig.parse(config)
-    change = FunctionChange("register", f"{tenant}/{namespace}/{name}", config, package)
+    change = FunctionChange("register", fqfn, config, package)
     await run_in_threadpool(services.functions.submit, change, _credentials(request))
 
 
@@ -103,15 +163,19 @@ async def update(
     tenant: str,
     namespace: str,
     name: str,
-    function_config: Annotated[str, Form(alias="functionConfig")],
-    data: Annotated[UploadFile | None, File()] = None,
+    function_config: Annotated[str, _CONFIG_PART],
+    data: Annotated[UploadFile | None, _DATA_PART] = None,
+    url: Annotated[str | None, _URL_PART] = None,
+    update_options: Annotated[str | None, Form(alias="updateOptions")] = None,
 ) -> None:
-    """Update a function's config and, with ``data``, its code."""
+    """Update a function's config and, with ``data`` or ``url``, its code. Fields left out of
+    ``functionConfig`` keep their values (``updateOptions`` is accepted and ignored)."""
     services = _services(request)
     fqfn = f"{tenant}/{namespace}/{name}"
     current = _record(services, fqfn)
     config = {**current.config, **_config(function_config, tenant, namespace, name)}
-    package = await _package(services, data, config) if data is not None else None
+    code = await _code(services, data, url)
+    package = await _package(services, *code, config) if code is not None else None
     FunctionConfig.parse(config)
     await run_in_threadpool(
         services.functions.submit,
