@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import click
 
 from magnetar.cli.functions import functions
+from magnetar.cli.functions_worker import functions_worker
 from magnetar.cli.spark import spark
+from magnetar.cli.tokens import tokens
 from magnetar.cli.topics import topics
 from magnetar.cli.worker import standalone, worker
 
@@ -70,6 +72,8 @@ def main(
 
 
 main.add_command(functions)
+main.add_command(functions_worker)
+main.add_command(tokens)
 main.add_command(topics)
 main.add_command(spark)
 main.add_command(worker)

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from magnetar.broker import BrokerError, EmbeddedBroker
+from magnetar.cli.function_admin import register_admin_commands
 from magnetar.cli.function_flags import (
     config_from_flags,
     function_config_options,
@@ -33,6 +34,9 @@ __all__ = ["functions"]
 @click.group()
 def functions() -> None:
     """Manage and run functions (like `pulsar-admin functions`)."""
+
+
+register_admin_commands(functions)
 
 
 @functions.command()
