@@ -41,11 +41,13 @@ class Worker:
 class Cluster:
     """Worker processes sharing one broker; each test gets its own namespace of topics."""
 
-    def __init__(self, broker_url: str, root: Path) -> None:
+    def __init__(self, broker_url: str, root: Path, env: dict[str, str] | None = None) -> None:
         self.broker_url = broker_url
         self.root = root
         self.workers: dict[str, Worker] = {}
         self.namespace = f"test{uuid.uuid4().hex[:6]}"
+        self.env = env or {}
+        """Extra environment of every worker (MAGNETAR_* settings)."""
 
     def start_worker(self, worker_id: str, wait: bool = True, port: int | None = None) -> Worker:
         port = port or find_free_port()
@@ -69,6 +71,7 @@ class Cluster:
             **os.environ,
             "MAGNETAR_SYSTEM_NAMESPACE": f"public/{self.namespace}",
             "MAGNETAR_LIVENESS_TIMEOUT_S": "3",
+            **self.env,
         }
         with log.open("ab") as out:
             process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)

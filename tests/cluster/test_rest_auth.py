@@ -1,0 +1,197 @@
+"""Token authentication on the admin API: a 2-worker cluster whose keys and tokens come from
+`magnetar tokens`, with a superuser and an admin of tenant ``acme``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from magnetar.broker import EmbeddedBroker
+from magnetar.cli import main
+from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.conftest import EXAMPLES
+
+
+@dataclass
+class Secured:
+    cluster: Cluster
+    leader: Worker
+    follower: Worker
+    tokens: dict[str, str]
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        role: str | None,
+        worker: Worker | None = None,
+        **kwargs: object,
+    ) -> httpx.Response:
+        headers: dict[str, str] = dict(kwargs.pop("headers", {}))  # type: ignore[call-overload]
+        if role:
+            headers["Authorization"] = f"Bearer {self.tokens[role]}"
+        target = worker or self.follower
+        return httpx.request(method, target.url + path, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
+
+
+@pytest.fixture(scope="module")
+def secured(
+    cluster_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Secured]:
+    root = tmp_path_factory.mktemp("auth")
+    key = root / "secret.key"
+    _cli("tokens", "create-secret-key", "--output", str(key))
+    tokens = {
+        role: _cli("tokens", "create", "--secret-key", key.as_uri(), "--subject", role)
+        for role in ("admin", "acme-admin", "stranger")
+    }
+    tokens["expired"] = _cli(
+        "tokens", "create", "--secret-key", str(key), "--subject", "admin", "--expiry-time", "0s"
+    )
+    cluster = Cluster(
+        cluster_broker.service_url,
+        root,
+        env={
+            "MAGNETAR_AUTHENTICATION_ENABLED": "true",
+            "MAGNETAR_TOKEN_SECRET_KEY": key.as_uri(),
+            "MAGNETAR_SUPERUSER_ROLES": "admin",
+            "MAGNETAR_TENANT_ADMIN_ROLES": json.dumps({"acme": ["acme-admin"]}),
+        },
+    )
+    try:
+        first = cluster.start_worker("a0")
+        second = cluster.start_worker("a1")
+        leader_id = httpx.get(
+            f"{first.url}/admin/v2/worker/cluster/leader",
+            headers={"Authorization": f"Bearer {tokens['admin']}"},
+            timeout=10,
+        ).json()["workerId"]
+        leader, follower = (first, second) if leader_id == "a0" else (second, first)
+        yield Secured(cluster, leader, follower, tokens)
+    finally:
+        cluster.stop_all()
+
+
+def _create(secured: Secured, fqfn: str, role: str) -> httpx.Response:
+    config = {"inputs": [f"in-{uuid.uuid4().hex[:6]}"]}
+    return secured.call(
+        "POST",
+        f"/admin/v3/functions/{fqfn}",
+        role,
+        data={"functionConfig": json.dumps(config)},
+        files={"data": ("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())},
+    )
+
+
+def test_requests_without_a_valid_token_get_401(secured: Secured) -> None:
+    missing = secured.call("GET", "/admin/v3/functions/public/default", None)
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["reason"].startswith("authentication required")
+    garbage = secured.call(
+        "GET", "/admin/v2/worker/cluster", None, headers={"Authorization": "Bearer not.a.jwt"}
+    )
+    assert garbage.status_code == 401 and garbage.json()["reason"].startswith("invalid token")
+    expired = secured.call("GET", "/admin/v2/worker/cluster", "expired")
+    assert expired.status_code == 401 and expired.json()["reason"] == "the token has expired"
+    basic = secured.call(
+        "GET", "/admin/v2/worker/cluster", None, headers={"Authorization": "Basic eDp5"}
+    )
+    assert basic.status_code == 401
+
+
+def test_health_version_and_metrics_stay_open(secured: Secured) -> None:
+    for path in ("/admin/v2/worker/cluster/leader/ready", "/version", "/metrics"):
+        assert secured.call("GET", path, None).status_code == 200, path
+
+
+def test_superuser_may_do_everything(secured: Secured) -> None:
+    created = _create(secured, "acme/prod/by-admin", "admin")  # forwarded to the leader
+    assert created.status_code == 200, created.text
+    assert secured.call("GET", "/admin/v3/functions/acme/prod", "admin").json() == ["by-admin"]
+    assert secured.call("GET", "/admin/v2/worker/cluster", "admin").status_code == 200
+    assert secured.call("PUT", "/admin/v2/worker/rebalance", "admin").status_code == 200
+    status = secured.call("GET", "/admin/v3/functions/acme/prod/by-admin/status", "admin")
+    assert status.status_code == 200
+    deleted = secured.call("DELETE", "/admin/v3/functions/acme/prod/by-admin", "admin")
+    assert deleted.status_code == 200
+
+
+def test_a_tenant_admin_manages_its_own_tenant_only(secured: Secured) -> None:
+    created = _create(secured, "acme/prod/mine", "acme-admin")  # through the non-leader
+    assert created.status_code == 200, created.text
+    wait_until(
+        lambda: (
+            secured.call("GET", "/admin/v3/functions/acme/prod/mine/status", "acme-admin").json()[
+                "numRunning"
+            ]
+            == 1
+        ),
+        15,
+        "acme function running",
+    )
+    updated = secured.call(
+        "PUT",
+        "/admin/v3/functions/acme/prod/mine",
+        "acme-admin",
+        data={"functionConfig": json.dumps({"parallelism": 2})},
+    )
+    assert updated.status_code == 200, updated.text
+    stopped = secured.call("POST", "/admin/v3/functions/acme/prod/mine/stop", "acme-admin")
+    assert stopped.status_code == 200
+
+    other = _create(secured, "public/default/theirs", "acme-admin")
+    assert other.status_code == 403
+    assert other.json()["reason"] == "role 'acme-admin' may not manage functions of tenant 'public'"
+    worker_path = secured.call("GET", "/admin/v2/worker/assignments", "acme-admin")
+    assert worker_path.status_code == 403
+    assert worker_path.json()["reason"] == (
+        "role 'acme-admin' is not a superuser: this needs a superuser"
+    )
+    stranger = secured.call("GET", "/admin/v3/functions/acme/prod/mine", "stranger")
+    assert stranger.status_code == 403
+    deleted = secured.call("DELETE", "/admin/v3/functions/acme/prod/mine", "acme-admin")
+    assert deleted.status_code == 200
+
+
+def test_the_cli_sends_its_token(secured: Secured, tmp_path: Path) -> None:
+    base = ["--admin-url", secured.follower.url]
+    refused = CliRunner().invoke(main, [*base, "functions", "list", "--tenant", "acme"])
+    assert refused.exit_code == 1
+    assert "authentication required" in refused.output and "(HTTP 401)" in refused.output
+    allowed = CliRunner().invoke(
+        main,
+        [
+            *base,
+            "--auth-token",
+            secured.tokens["acme-admin"],
+            "--output",
+            "json",
+            "functions",
+            "list",
+            "--tenant",
+            "acme",
+            "--namespace",
+            "prod",
+        ],
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert json.loads(allowed.output) == []
+    from_env = CliRunner(env={"MAGNETAR_AUTH_TOKEN": secured.tokens["stranger"]}).invoke(
+        main, [*base, "functions-worker", "get-cluster"]
+    )
+    assert from_env.exit_code == 1
+    assert "role 'stranger' is not a superuser" in from_env.output
