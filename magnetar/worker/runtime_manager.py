@@ -227,10 +227,12 @@ class RuntimeManager:
 
     def _status(self, slot: _Instance) -> MetricsSnapshot:
         handle = slot.handle
-        running = handle is not None and handle.is_alive()
         snapshot = handle.snapshot() if handle is not None else slot.last_snapshot
         if snapshot is None:
             snapshot = _empty_snapshot(slot.spec.instance_id)
+        # running once the instance says so (its consumers are subscribed), not merely once
+        # its process is alive: a message published before that may be missed (Latest)
+        running = handle is not None and handle.is_alive() and snapshot.running
         error = snapshot.error
         if not error and not running and slot.failures:
             error = slot.crashes[-1].exception_string

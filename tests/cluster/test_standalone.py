@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 
@@ -15,9 +16,7 @@ from tests.conftest import EXAMPLES, MAGNETAR
 
 
 def test_standalone_runs_a_usable_cluster_and_stops_on_ctrl_c(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    port = find_free_port()
-    while any(not _free(port + i) for i in range(3)):
-        port = find_free_port()
+    port = free_ports(3)
     process = subprocess.Popen(
         [
             *MAGNETAR,
@@ -35,7 +34,7 @@ def test_standalone_runs_a_usable_cluster_and_stops_on_ctrl_c(tmp_path) -> None:
     )
     urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
     try:
-        wait_until(lambda: all(_ready(url) for url in urls), 60, "three workers ready")
+        wait_until(lambda: all(ready(url) for url in urls), 60, "three workers ready")
         assert {w["workerId"] for w in httpx.get(f"{urls[0]}/admin/v2/worker/cluster").json()} == {
             "worker-1",
             "worker-2",
@@ -66,9 +65,15 @@ def test_standalone_runs_a_usable_cluster_and_stops_on_ctrl_c(tmp_path) -> None:
     assert "Stopping: finishing in-flight messages" in output
 
 
-def _free(port: int) -> bool:
-    import socket
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports."""
+    port = find_free_port()
+    while any(not _free(port + i) for i in range(count)):
+        port = find_free_port()
+    return port
 
+
+def _free(port: int) -> bool:
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -77,7 +82,8 @@ def _free(port: int) -> bool:
         return True
 
 
-def _ready(url: str) -> bool:
+def ready(url: str) -> bool:
+    """Whether the worker at ``url`` is ready."""
     try:
         return (
             httpx.get(f"{url}/admin/v2/worker/cluster/leader/ready", timeout=2).status_code == 200
