@@ -69,6 +69,12 @@ def worker() -> None:
 @click.option("--runtime", type=click.Choice(["process", "thread"]))
 @click.option("--scheduler", type=click.Choice(["least-loaded-sticky", "round-robin"]))
 @click.option(
+    "--pulsar-admin-url",
+    help="HTTP admin URL of the Apache Pulsar broker (http://broker:8080): the worker then "
+    "creates the system namespace with retention, compacts the system topics and "
+    "deduplicates EFFECTIVELY_ONCE outputs [default: none, nothing is asked of the broker].",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -95,6 +101,12 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
 
 @click.command()
 @click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML settings every worker shares (e.g. authentication); MAGNETAR_* variables apply too.",
+)
+@click.option(
     "--data-dir",
     type=click.Path(file_okay=False),
     help="Broker data and package caches [default: a temporary directory].",
@@ -118,6 +130,7 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
 def standalone(
+    config_file: str | None,
     data_dir: str | None,
     broker_port: int | None,
     http_port: int,
@@ -125,7 +138,12 @@ def standalone(
     runtime: str,
     log_level: str,
 ) -> None:
-    """The embedded broker and N workers, in the foreground until Ctrl-C."""
+    """The embedded broker and N workers, in the foreground until Ctrl-C.
+
+    \b
+    Example:
+      magnetar standalone --workers 3     # REST APIs on ports 8080, 8081, 8082
+    """
     _configure_logging(log_level)
     root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="magnetar-"))
     try:
@@ -133,12 +151,13 @@ def standalone(
             services: list[WorkerService] = []
             try:
                 for index in range(workers):
-                    config = WorkerConfig(
+                    config = _standalone_config(
+                        config_file,
                         worker_id=f"worker-{index + 1}",
                         broker_url=broker.service_url,
                         http_port=http_port + index,
                         data_dir=root / f"worker-{index + 1}",
-                        runtime=runtime,  # type: ignore[arg-type]
+                        runtime=runtime,
                     )
                     services.append(_start(config))
                     click.echo(f"worker-{index + 1}: {config.admin_url}", err=True)
@@ -157,3 +176,11 @@ def standalone(
     finally:
         if not data_dir:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _standalone_config(config_file: str | None, **flags: Any) -> WorkerConfig:
+    """One standalone worker's config: the shared file and environment, then its own flags."""
+    try:
+        return load_worker_config(Path(config_file) if config_file else None, **flags)
+    except MagnetarError as error:
+        raise click.ClickException(str(error)) from None

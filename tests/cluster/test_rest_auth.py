@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +18,8 @@ from click.testing import CliRunner
 from magnetar.broker import EmbeddedBroker
 from magnetar.cli import main
 from tests.cluster.conftest import Cluster, Worker, wait_until
-from tests.conftest import EXAMPLES
+from tests.cluster.test_standalone import free_ports, ready
+from tests.conftest import EXAMPLES, MAGNETAR
 
 
 @dataclass
@@ -195,3 +198,41 @@ def test_the_cli_sends_its_token(secured: Secured, tmp_path: Path) -> None:
     )
     assert from_env.exit_code == 1
     assert "role 'stranger' is not a superuser" in from_env.output
+
+
+def test_standalone_turns_authentication_on_from_its_config_file(tmp_path: Path) -> None:
+    key = tmp_path / "secret.key"
+    _cli("tokens", "create-secret-key", "--output", str(key))
+    admin = _cli("tokens", "create", "--secret-key", str(key), "--subject", "root")
+    settings = tmp_path / "worker.yaml"
+    settings.write_text(
+        f"authentication_enabled: true\ntoken_secret_key: {key.as_uri()}\nsuperuser_roles: [root]\n"
+    )
+    port = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            *MAGNETAR,
+            "standalone",
+            "--config",
+            str(settings),
+            "--http-port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(lambda: ready(url), 60, "standalone ready")
+        assert httpx.get(f"{url}/admin/v2/worker/cluster", timeout=10).status_code == 401
+        allowed = httpx.get(
+            f"{url}/admin/v2/worker/cluster",
+            headers={"Authorization": f"Bearer {admin}"},
+            timeout=10,
+        )
+        assert allowed.status_code == 200 and allowed.json()[0]["workerId"] == "worker-1"
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(90)
