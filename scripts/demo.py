@@ -7,7 +7,9 @@
 4. reads the results back with `magnetar topics consume`,
 5. stops the function with Ctrl-C (SIGINT) and shows its final status,
 6. starts a three-worker cluster (`magnetar standalone --workers 3`), submits the same
-   function to one worker through Pulsar's REST API and shows where its instances run.
+   function to one worker through Pulsar's REST API and shows where its instances run,
+7. runs examples/word_count.py on the cluster and queries its counters with
+   `magnetar functions querystate`.
 """
 
 from __future__ import annotations
@@ -149,6 +151,7 @@ def cluster(data_dir: Path) -> None:
     step("A cluster: `magnetar standalone --workers 3` (the embedded broker and three workers)")
     port = free_ports(3)
     urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
+    broker_port = find_free_port()
     standalone = subprocess.Popen(
         [
             *MAGNETAR,
@@ -157,6 +160,8 @@ def cluster(data_dir: Path) -> None:
             "3",
             "--http-port",
             str(port),
+            "--broker-port",
+            str(broker_port),
             "--data-dir",
             str(data_dir / "cluster"),
         ],
@@ -184,9 +189,69 @@ def cluster(data_dir: Path) -> None:
             for i in httpx.get(status_url).json()["instances"]
         ]
         print(table(("instance", "worker", "running"), rows))
+        word_count(urls, f"pulsar://127.0.0.1:{broker_port}")
     finally:
         standalone.send_signal(signal.SIGINT)
         standalone.communicate(timeout=90)
+
+
+WORDS = [
+    "the quick brown fox jumps over the lazy dog",
+    "state simply works in magnetar",
+    "the counters live in a journal on the broker",
+]
+
+
+def word_count(urls: list[str], broker_url: str) -> None:
+    """examples/word_count.py on the cluster; its counters queried with the CLI."""
+    step("Word count with state: examples/word_count.py, parallelism 3, on the cluster")
+    print((EXAMPLES / "word_count.py").read_text().split('"""', 2)[2].strip())
+    config = {
+        "inputs": ["sentences-wc"],
+        "className": "word_count.WordCountFunction",
+        "parallelism": 3,
+        "subscriptionPosition": "Earliest",
+    }
+    created = httpx.post(
+        f"{urls[0]}/admin/v3/functions/public/default/word_count",
+        data={"functionConfig": json.dumps(config)},
+        files={"data": ("word_count.py", (EXAMPLES / "word_count.py").read_bytes())},
+        timeout=30,
+    )
+    created.raise_for_status()
+    status_url = f"{urls[0]}/admin/v3/functions/public/default/word_count/status"
+    wait(lambda: httpx.get(status_url).json()["numRunning"] == 3, "three word count instances")
+    env = {**os.environ, "MAGNETAR_ADMIN_URL": urls[1]}
+    rounds = 100
+    print(f"producing {len(WORDS)} sentences x {rounds}")
+    client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    producer = client.create_producer("sentences-wc", batching_enabled=False)
+    for _ in range(rounds):
+        for sentence in WORDS:
+            producer.send_async(sentence.encode(), None)
+            time.sleep(0.001)
+    producer.flush()
+    client.close()
+    state_url = f"{urls[1]}/admin/v3/functions/public/default/word_count/state/the"
+    expected = 4 * rounds
+    wait(
+        lambda: httpx.get(state_url).json().get("numberValue") == expected,
+        f"the count of 'the' to reach {expected}",
+    )
+    step("Querying the counters through the CLI, from another worker than the one created on")
+    for word in ("the", "fox", "state"):
+        magnetar("functions", "querystate", "--name", "word_count", "--key", word, env=env)
+    magnetar(
+        "--output",
+        "json",
+        "functions",
+        "querystate",
+        "--name",
+        "word_count",
+        "--key",
+        "broker",
+        env=env,
+    )
 
 
 def free_ports(count: int) -> int:

@@ -42,17 +42,21 @@ def _done(obj: CliContext, message: str, **fields: Any) -> None:
 
 
 def _code_part(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The multipart form for the code named by ``py``: a file part, or a ``url`` field."""
-    code = fields.get("py")
+    """The multipart form for the code named by ``py`` or ``js``: a file part, or a ``url``
+    field."""
+    if fields.get("py") and fields.get("js"):
+        raise click.UsageError("pass either --py or --js, not both")
+    field = "js" if fields.get("js") else "py"
+    code = fields.get(field)
     if not code:
         return {}, {}
     if is_url(code):
-        fields["py"] = Path(code.split("?")[0]).name
+        fields[field] = Path(code.split("?")[0]).name
         return {"url": code}, {}
     path = Path(code)
     if not path.is_file():
-        raise click.BadParameter(f"{code} does not exist", param_hint="'--py'")
-    fields["py"] = path.name
+        raise click.BadParameter(f"{code} does not exist", param_hint=f"'--{field}'")
+    fields[field] = path.name
     return {}, {"data": (path.name, path.read_bytes())}
 
 
@@ -71,10 +75,13 @@ def _identity(
     name: str | None,
     fqfn: str | None,
 ) -> str:
-    """The FQFN from the flags, else from the config file, else named after the class."""
+    """The FQFN from the flags, else from the config file, else named after the script or
+    the class (as localrun names it)."""
     if fqfn or name:
         return resolve_fqfn(tenant, namespace, name, fqfn)
     name = fields.get("name")
+    if not name and fields.get("js"):
+        name = Path(str(fields["js"])).stem
     if not name and fields.get("className"):
         name = str(fields["className"]).rsplit(".", 1)[-1]
     if not name:
@@ -112,8 +119,10 @@ def create(
         FunctionConfig.parse({**fields, "tenant": tenant_, "namespace": namespace_, "name": name_})
     except MagnetarError as error:
         raise click.ClickException(str(error)) from None
-    if not fields.get("py"):
-        raise click.UsageError("pass the function's code: --py FILE (.py or .zip) or a URL")
+    if not fields.get("py") and not fields.get("js"):
+        raise click.UsageError(
+            "pass the function's code: --py FILE (.py or .zip), --js FILE, or a URL"
+        )
     _submit(obj, "POST", target, fields)
     _done(obj, f"Created {target} successfully", created=target)
 

@@ -38,7 +38,14 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--py", help="The function's .py file or .zip package (or an http(s)/file URL)."
         ),
-        click.option("--classname", "class_name", help="module.ClassName or module.function."),
+        click.option(
+            "--js", help="The function's .js script (runtime JAVASCRIPT), instead of --py."
+        ),
+        click.option(
+            "--classname",
+            "class_name",
+            help="module.ClassName or module.function (for --js: the script's function).",
+        ),
         click.option("-i", "--inputs", help="Comma-separated input topics."),
         click.option("--topics-pattern", help="Regex of input topics."),
         click.option("-o", "--output", help="Output topic."),
@@ -49,9 +56,7 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL"]),
             help="Delivery semantics [default: ATLEAST_ONCE].",
         ),
-        click.option(
-            "--user-config", help="JSON map readable with context.get_user_config_value."
-        ),
+        click.option("--user-config", help="JSON map readable with context.get_user_config_value."),
         click.option("--secrets", help="JSON map of secret name to locator."),
         click.option("--subs-name", "sub_name", help="Subscription name [default: the FQFN]."),
         click.option(
@@ -116,6 +121,8 @@ def config_fields(function_config_file: str | None, **flags: Any) -> dict[str, A
             data[to_camel(field)] = value
     if data.get("py") and not is_url(data["py"]):
         data["py"] = str(Path(data["py"]).expanduser().resolve())
+    if data.get("js") and not is_url(data["js"]):
+        data["js"] = str(Path(data["js"]).expanduser().resolve())
     return data
 
 
@@ -128,12 +135,14 @@ def with_default_name(config: FunctionConfig) -> FunctionConfig:
     """The config, named after its class or file when it has no name (as pulsar-admin does)."""
     if config.name:
         return config
-    if config.class_name:
+    if config.js:  # a script's functions are named process: the file names it better
+        name = Path(config.js).stem
+    elif config.class_name:
         name = config.class_name.rsplit(".", 1)[-1]
     elif config.py:
         name = Path(config.py).stem
     else:
-        raise click.UsageError("pass --name, --classname or --py")
+        raise click.UsageError("pass --name, --classname, --py or --js")
     return config.model_copy(update={"name": name})
 
 

@@ -24,6 +24,7 @@ from magnetar.cli.function_flags import (
     with_default_name,
 )
 from magnetar.cli.render import emit_json, table
+from magnetar.cli.state import putstate, querystate
 from magnetar.exceptions import MagnetarError
 from magnetar.instance.localrun import LocalRun
 from magnetar.instance.metrics import MetricsSnapshot
@@ -37,6 +38,8 @@ def functions() -> None:
 
 
 register_admin_commands(functions)
+functions.add_command(querystate)
+functions.add_command(putstate)
 
 
 @functions.command()
@@ -48,6 +51,12 @@ register_admin_commands(functions)
     "--data-dir",
     type=click.Path(file_okay=False),
     help="Data directory of the embedded broker (without --broker-url).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    help="Where the instances keep their state databases [default: beside the embedded "
+    "broker's data, .magnetar/state with --broker-url].",
 )
 @click.option(
     "--status-interval",
@@ -62,18 +71,32 @@ def localrun(
     /,
     function_config_file: str | None,
     data_dir: str | None,
+    state_dir: str | None,
     status_interval: float,
     **flags: Any,
 ) -> None:
-    """Run a function locally until Ctrl-C; starts an embedded broker unless --broker-url."""
+    """Run a function locally until Ctrl-C; starts an embedded broker unless --broker-url.
+
+    \b
+    Example:
+      magnetar functions localrun --py examples/exclamation.py \\
+          --classname exclamation.ExclamationFunction --inputs in --output out
+    """
     try:
         config = with_default_name(config_from_flags(function_config_file, **flags))
     except MagnetarError as error:
         raise click.ClickException(str(error)) from None
     json_output = obj.output == "json"
-    with _broker(obj.broker_url, data_dir) as broker_url:
+    with (
+        _broker(obj.broker_url, data_dir) as broker_url,
+        _state_dir(state_dir, obj.broker_url, data_dir) as state_path,
+    ):
         run = LocalRun(
-            config, broker_url, on_metrics=_Progress(json_output), report_interval_s=status_interval
+            config,
+            broker_url,
+            on_metrics=_Progress(json_output),
+            report_interval_s=status_interval,
+            state_dir=state_path,
         )
         try:
             run.check()
@@ -99,6 +122,26 @@ def localrun(
             click.echo(f"instance {instance_id} failed: {failure}", err=True)
     if code:
         raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def _state_dir(
+    state_dir: str | None, broker_url: str | None, data_dir: str | None
+) -> Iterator[Path]:
+    """The state databases' directory: beside the embedded broker's data (a temporary
+    broker's state goes with it), .magnetar/state for a broker of its own."""
+    if state_dir:
+        yield Path(state_dir)
+    elif broker_url:
+        yield Path(".magnetar/state")
+    elif data_dir:
+        yield Path(data_dir) / "magnetar-state"
+    else:
+        directory = Path(tempfile.mkdtemp(prefix="magnetar-state-"))
+        try:
+            yield directory
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -110,7 +110,13 @@ def read(
     file_format: str,
     path: str,
 ) -> None:
-    """Read topics into files: one row per message, with the data source's columns."""
+    """Read topics into files: one row per message, with the data source's columns.
+
+    \b
+    Example:
+      magnetar --broker-url pulsar://localhost:6650 spark read --topic out \\
+          --starting-offsets earliest --format parquet --path /tmp/out
+    """
     obj: CliContext = ctx.obj
     if not topics:
         raise click.UsageError("pass --topic (repeat it for several topics)")
@@ -190,6 +196,12 @@ def replay(
     live instance gives them; messages it publishes go to their own topics. Inputs whose
     processing raises are counted and reported, and the replay goes on. State is not
     available to a replayed function.
+
+    \b
+    Example:
+      magnetar --broker-url pulsar://localhost:6650 spark replay \\
+          --py examples/exclamation.py --classname exclamation.ExclamationFunction \\
+          --topic in --to-topic in-replayed
     """
     obj: CliContext = ctx.obj
     if fqfn:

@@ -171,7 +171,12 @@ def produce(
     key: str | None,
     properties: tuple[str, ...],
 ) -> None:
-    """Send messages to TOPIC and wait until the broker has stored every one."""
+    """Send messages to TOPIC and wait until the broker has stored every one.
+
+    \b
+    Example:
+      magnetar --broker-url pulsar://localhost:6650 topics produce in -m hello -n 10 --key k
+    """
     obj: CliContext = ctx.obj
     broker_url = _broker_url(obj)
     full_name = _topic_name(topic)
@@ -295,6 +300,11 @@ def consume(
 
     One line per message: the payload as text, after the key in brackets if there is one;
     with --output json, one JSON object per line.
+
+    \b
+    Example:
+      magnetar --broker-url pulsar://localhost:6650 topics consume out -n 10 \\
+          --subscription-position Earliest
     """
     obj: CliContext = ctx.obj
     broker_url = _broker_url(obj)

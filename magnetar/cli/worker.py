@@ -82,7 +82,13 @@ def worker() -> None:
 )
 @click.pass_obj
 def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: Any) -> None:
-    """Start a worker that joins the cluster on --broker-url; runs until Ctrl-C."""
+    """Start a worker that joins the cluster on --broker-url; runs until Ctrl-C.
+
+    \b
+    Example:
+      magnetar --broker-url pulsar://localhost:6650 worker start --worker-id w1 \\
+          --http-port 8080 --data-dir /var/lib/magnetar/w1
+    """
     _configure_logging(log_level)
     try:
         config = load_worker_config(

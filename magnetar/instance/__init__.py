@@ -1,10 +1,11 @@
 """Data plane: a function instance (consumers -> function -> producer), its Context, SerDe,
-code loading, and localrun."""
+code loading (Python, and JavaScript in ``magnetar.instance.javascript``), and localrun."""
 
 from magnetar.instance.config import (
     ConsumerSpec,
     FunctionConfig,
     ProcessingGuarantees,
+    Runtime,
     SubscriptionPosition,
     SubscriptionType,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "LoadedFunction",
     "MetricsSnapshot",
     "ProcessingGuarantees",
+    "Runtime",
     "SecretsProvider",
     "SerDeError",
     "StateNotConfiguredError",

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -30,6 +31,7 @@ __all__ = [
     "ConsumerSpec",
     "FunctionConfig",
     "ProcessingGuarantees",
+    "Runtime",
     "SubscriptionPosition",
     "SubscriptionType",
 ]
@@ -45,6 +47,17 @@ class ProcessingGuarantees(StrEnum):
 class SubscriptionPosition(StrEnum):
     LATEST = "Latest"
     EARLIEST = "Earliest"
+
+
+class Runtime(StrEnum):
+    """The language a function is written in (Pulsar's ``runtime`` field)."""
+
+    PYTHON = "PYTHON"
+    JAVASCRIPT = "JAVASCRIPT"
+
+
+JAVASCRIPT_SERDES = ("string", "json")
+"""SerDe names of JavaScript functions: ``string`` (UTF-8 text, the default) or ``json``."""
 
 
 class SubscriptionType(StrEnum):
@@ -97,11 +110,14 @@ class FunctionConfig(_Model):
     name: str | None = None
     """Name of the function; defaults to the class or function name of the code."""
     class_name: str | None = None
-    """``module.ClassName``, ``module.function`` or a name inside the ``py`` module."""
-    runtime: str = "PYTHON"
-    """Language runtime of the code."""
+    """``module.ClassName``, ``module.function`` or a name inside the ``py`` module; for a
+    JavaScript function, the script's function to call (default ``process``)."""
+    runtime: Runtime = Runtime.PYTHON
+    """Language of the code: PYTHON, or JAVASCRIPT (the default when only ``js`` is set)."""
     py: str | None = None
     """Path of a ``.py`` file or a ``.zip`` holding the function's module."""
+    js: str | None = None
+    """Path of the ``.js`` script of a JAVASCRIPT function."""
     inputs: list[str] = Field(default_factory=list)
     """Input topics, read with the default SerDe."""
     topics_pattern: str | None = None
@@ -126,7 +142,7 @@ class FunctionConfig(_Model):
     """Number of instances."""
     auto_ack: bool = True
     """Acknowledge inputs automatically; false leaves acking to the function (MANUAL)."""
-    max_message_retries: int | None = Field(default=None, ge=0)
+    max_message_retries: int | None = None
     """Redeliveries of a failing message before it goes to the dead-letter topic."""
     dead_letter_topic: str | None = None
     """Where messages go once ``maxMessageRetries`` is exhausted."""
@@ -154,6 +170,22 @@ class FunctionConfig(_Model):
     batch_builder: str | None = None
     custom_runtime_options: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_runtime(cls, data: Any) -> Any:
+        # As pulsar-admin infers the runtime from --py/--jar/--go, a script implies JAVASCRIPT.
+        if isinstance(data, dict) and data.get("js") and data.get("runtime") is None:
+            return {**data, "runtime": Runtime.JAVASCRIPT}
+        return data
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _known_runtime(cls, value: Any) -> Any:
+        supported = ", ".join(Runtime)
+        if not isinstance(value, str) or value.upper() not in supported.split(", "):
+            raise ValueError(f"runtime {value!r} is not supported (supported: {supported})")
+        return value.upper()
+
     @model_validator(mode="after")
     def _check(self) -> FunctionConfig:
         _validate(self)
@@ -165,6 +197,16 @@ class FunctionConfig(_Model):
     def fqfn(self) -> str:
         """``tenant/namespace/name``."""
         return f"{self.tenant}/{self.namespace}/{self.name}"
+
+    @property
+    def is_javascript(self) -> bool:
+        """Whether the function is a JavaScript script run on V8."""
+        return self.runtime is Runtime.JAVASCRIPT
+
+    @property
+    def code_path(self) -> str | None:
+        """The function's code file: ``js`` for JAVASCRIPT, else ``py``."""
+        return self.js if self.is_javascript else self.py
 
     @property
     def subscription_name(self) -> str:
@@ -282,6 +324,11 @@ def _validate(config: FunctionConfig) -> None:
             f"output topic {config.output!r} is also an input topic; a function may not "
             "consume its own output"
         )
+    if config.max_message_retries is not None and config.max_message_retries < 1:
+        raise ValueError(
+            f"maxMessageRetries must be at least 1, not {config.max_message_retries}: Pulsar "
+            "counts redeliveries from 1; leave it unset to retry without limit"
+        )
     if config.dead_letter_topic and config.max_message_retries is None:
         raise ValueError(
             "deadLetterTopic is set but maxMessageRetries is not: set maxMessageRetries "
@@ -309,5 +356,38 @@ def _validate(config: FunctionConfig) -> None:
             "autoAck=false cannot be used with ATMOST_ONCE, which acknowledges every "
             "message on receipt; use MANUAL to acknowledge from the function"
         )
-    if config.runtime.upper() != "PYTHON":
-        raise ValueError(f"runtime {config.runtime!r} is not supported (supported: PYTHON)")
+    _validate_code(config)
+
+
+def _validate_code(config: FunctionConfig) -> None:
+    """The code fields must match the runtime; JavaScript takes its own SerDe names."""
+    if config.py and config.js:
+        raise ValueError("set py (--py) or js (--js), not both: a function has one code file")
+    if config.is_javascript:
+        if config.py:
+            raise ValueError(
+                "py is set but runtime is JAVASCRIPT: a JavaScript function's script goes in "
+                "js (--js); for a Python function set runtime PYTHON"
+            )
+        serdes = {
+            **{f"customSerdeInputs[{t}]": s for t, s in config.custom_serde_inputs.items()},
+            **{
+                f"inputSpecs[{t}].serdeClassName": s.serde_class_name
+                for t, s in config.input_specs.items()
+            },
+            "outputSerdeClassName": config.output_serde_class_name,
+        }
+        for field, serde in serdes.items():
+            if serde is not None and serde not in JAVASCRIPT_SERDES:
+                raise ValueError(
+                    f"{field} is {serde!r}, but a JavaScript function reads and writes "
+                    f"'string' (the default) or 'json'"
+                )
+        ram = (config.resources or {}).get("ram")
+        if ram is not None and (isinstance(ram, bool) or not isinstance(ram, int) or ram <= 0):
+            raise ValueError(f"resources.ram must be a positive number of bytes, not {ram!r}")
+    elif config.js:
+        raise ValueError(
+            "js is set but runtime is PYTHON: a JavaScript function needs runtime JAVASCRIPT "
+            "(or no runtime at all); a Python function's code goes in py (--py)"
+        )

@@ -46,6 +46,8 @@ class Chunk:
     """``id()`` of an input message -> why a send of its own failed (only it is redelivered)."""
     settled: bool = False
     """Acknowledged (or redelivered) already; a late send cannot settle it twice."""
+    state: Any = None
+    """The batch of state journal records sent with the chunk (settled with it), if any."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulsar
 
@@ -38,8 +38,11 @@ from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
 from magnetar.instance.positions import RedeliveryFilter, sequence_id
 from magnetar.instance.secrets import EnvironmentSecretsProvider, SecretsProvider
 from magnetar.instance.serde import SerDe, load_serde
-from magnetar.instance.state import StateStore, UnconfiguredStateStore
+from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
 from magnetar.topics import base_topic, full_topic_name
+
+if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
+    from magnetar.instance.javascript import ScriptExecutor, ScriptOutcome, ScriptRun
 
 __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 
@@ -87,6 +90,8 @@ class InstanceOptions:
     """How often ``on_metrics`` receives a snapshot."""
     drain_timeout_s: float = 30.0
     """Longest wait for in-flight sends on a graceful stop."""
+    send_timeout_ms: int = 30_000
+    """How long a send may wait for the broker before it fails (its inputs are redelivered)."""
     worker_id: str = ""
     """The worker running this instance (reported in status)."""
     function_version: str = ""
@@ -116,9 +121,13 @@ class FunctionInstance:
         self._client = client
         self._function = function
         self._state = state or UnconfiguredStateStore(config.fqfn)
+        # a journaled store's records go out with the chunk; without one nothing is added
+        self._journal = state if isinstance(state, JournaledState) else None
         self._secrets_provider = secrets_provider or EnvironmentSecretsProvider()
         self._on_metrics = on_metrics
         self._work_dir = work_dir
+        self._script: ScriptExecutor | None = None
+        """The JavaScript function's executor (runtime JAVASCRIPT)."""
         self.metrics = InstanceMetrics(self.options.instance_id)
         self._stop = threading.Event()
         self._started = threading.Event()
@@ -196,17 +205,7 @@ class FunctionInstance:
 
     def _open(self) -> None:
         config = self.config
-        if self._function is None:
-            if not config.py:
-                raise InstanceError(f"function {config.fqfn} has no code: set py (--py)")
-            self._function = load_function(config.py, config.class_name, self._work_dir)
-        paths = self._function.search_paths
-        self._output_serde = load_serde(config.output_serde_class_name, paths)
-        self._default_serde = load_serde(None)
-        for topic, serde_name in config.input_serdes().items():
-            self._input_serdes[topic] = (
-                load_serde(serde_name, paths) if serde_name else (self._default_serde)
-            )
+        paths = [] if config.is_javascript else self._open_python()
         self._logger = function_logger(config, self.options.instance_id, self._producer)
         self._context = InstanceContext(
             config,
@@ -223,11 +222,42 @@ class FunctionInstance:
         self._auto_ack = config.auto_ack and self._guarantees is not ProcessingGuarantees.MANUAL
         self._dedup = self._guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
         self._ordered = config.subscription_type is SubscriptionType.FAILOVER
+        if config.is_javascript:
+            from magnetar.instance.javascript import open_executor
+
+            self._script = open_executor(
+                config,
+                self.options.instance_id,
+                self._state,
+                self.metrics,
+                self._logger,
+                self._secrets_provider,
+                # as _process_chunk: what follows a redelivered failure waits for the rewind
+                stop_on_error=self._ordered
+                and self._auto_ack
+                and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE,
+            )
         if config.output:
             self._output = self._producer(config.output)
         else:
             self._output = None
         self._subscribe()
+
+    def _open_python(self) -> list[Path]:
+        """Import the Python function and its SerDes; the paths its code is imported from."""
+        config = self.config
+        if self._function is None:
+            if not config.py:
+                raise InstanceError(f"function {config.fqfn} has no code: set py (--py)")
+            self._function = load_function(config.py, config.class_name, self._work_dir)
+        paths = self._function.search_paths
+        self._output_serde = load_serde(config.output_serde_class_name, paths)
+        self._default_serde = load_serde(None)
+        for topic, serde_name in config.input_serdes().items():
+            self._input_serdes[topic] = (
+                load_serde(serde_name, paths) if serde_name else (self._default_serde)
+            )
+        return paths
 
     def _subscribe(self) -> None:
         config = self.config
@@ -277,6 +307,7 @@ class FunctionInstance:
                     batching_max_publish_delay_ms=self.options.batching_max_publish_delay_ms,
                     block_if_queue_full=True,
                     max_pending_messages=2 * self.options.max_unacked,
+                    send_timeout_millis=self.options.send_timeout_ms,
                 )
             except Exception as error:
                 raise InstanceError(f"cannot create a producer on {full}: {error}") from error
@@ -352,13 +383,98 @@ class FunctionInstance:
         return messages
 
     def _process_chunk(self, messages: list[Any]) -> None:
+        if self._script is not None:
+            self._process_script_chunk(messages)
+            return
         chunk = self._chunk = Chunk()
         for consumer, message in messages:
             if self._rewind:
                 break  # keep the order: what follows a failure comes again after the rewind
             self._process(consumer, message, chunk)
+        if self._journal is not None:
+            self._send_journal(chunk)
         self._unacked += len(chunk.inputs)
         self._sender.seal(chunk)
+
+    def _process_script_chunk(self, messages: list[Any]) -> None:
+        """A chunk through the JavaScript function: one call into V8 for all of it where the
+        guarantees allow (see magnetar.instance.javascript); each outcome is then handled as
+        ``_process`` handles a Python function's result."""
+        assert self._script is not None
+        chunk = self._chunk = Chunk()
+        replays: set[int] = set()
+        fresh: list[Any] = []
+        if not self._dedup and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
+            fresh = [message for _, message in messages]
+        else:
+            for consumer, message in messages:
+                if self._guarantees is ProcessingGuarantees.ATMOST_ONCE:
+                    consumer.acknowledge(message)
+                if self._dedup and self._redeliveries.is_redelivery(
+                    message.topic_name(), message.message_id()
+                ):
+                    replays.add(id(message))
+                else:
+                    fresh.append(message)
+        run = self._script.process(fresh)
+        for consumer, message in messages:
+            replay = bool(replays) and id(message) in replays
+            outcome = None if replay or self._rewind else next(run, None)
+            if self._rewind or (outcome is None and not replay):
+                # after a failure on an ordered subscription: it comes again after the rewind
+                if self._dedup and not replay:
+                    self._redeliveries.retry(message.message_id())
+                continue
+            self.metrics.received += 1
+            if outcome is None:  # applied before: acknowledged with this chunk
+                chunk.inputs.append((consumer, message))
+            else:
+                self._handle_script_outcome(consumer, message, outcome, run, chunk)
+        if self._journal is not None:
+            self._send_journal(chunk)
+        self._unacked += len(chunk.inputs)
+        self._sender.seal(chunk)
+
+    def _handle_script_outcome(
+        self, consumer: Any, message: Any, outcome: ScriptOutcome, run: ScriptRun, chunk: Chunk
+    ) -> None:
+        if outcome.error is not None:
+            self._fail(consumer, message, outcome.error, system=outcome.system)
+            return
+        if outcome.publishes:
+            try:
+                publishes = [
+                    (self._producer(topic), payload, {"properties": props} if props else {})
+                    for topic, payload, props in outcome.publishes
+                ]
+            except Exception as error:  # a bad topic: the function's error, as in Python
+                if outcome.wrote_state:
+                    run.discard()  # its updates are rolled back, but V8 went on with them
+                self._fail(consumer, message, error)
+                return
+            for producer, payload, kwargs in publishes:
+                self._sender.send(chunk, producer, payload, kwargs, owner=message)
+        topic = message.topic_name()
+        if outcome.output is not None and self._output is not None:
+            kwargs = self._output_kwargs(message, topic)
+            self._sender.send(chunk, self._output, outcome.output, kwargs, owner=message)
+        if outcome.ack:
+            consumer.acknowledge(message)
+        if self._journal is not None:
+            self._journal.commit(topic, message.message_id())
+        self.metrics.processed += 1
+        if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
+            chunk.inputs.append((consumer, message))
+
+    def _send_journal(self, chunk: Chunk) -> None:
+        """The chunk's state records, on the journal producer: the chunk's inputs are
+        acknowledged only once they are persisted, and redelivered if they fail."""
+        assert self._journal is not None
+        payloads, chunk.state = self._journal.drain()
+        if payloads:
+            producer = self._producer(self._journal.journal_topic)
+            for payload in payloads:
+                self._sender.send(chunk, producer, payload, {})
 
     def _process(self, consumer: Any, message: Any, chunk: Chunk) -> None:
         metrics = self.metrics
@@ -414,6 +530,8 @@ class FunctionInstance:
                 return
             kwargs = self._output_kwargs(message, topic)
             self._sender.send(chunk, self._output, content, kwargs, owner=message)
+        if self._journal is not None:
+            self._journal.commit(topic, message.message_id())
         metrics.processed += 1
         if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
             chunk.inputs.append((consumer, message))
@@ -466,6 +584,8 @@ class FunctionInstance:
         self, consumer: Any, message: Any, error: BaseException | str, system: bool = False
     ) -> None:
         """Count a failed message and have it redelivered (or dead-lettered)."""
+        if self._journal is not None:
+            self._journal.rollback()  # its state updates are made again when it is retried
         if system or isinstance(error, SerDeError):
             self.metrics.record_system_exception(error)
         else:
@@ -504,6 +624,8 @@ class FunctionInstance:
                 continue
             chunk.settled = True
             self._unacked -= len(chunk.inputs)
+            if chunk.state is not None:
+                self._journal.settle(chunk.state, persisted=not chunk.error)  # type: ignore[union-attr]
             if chunk.error:
                 self.metrics.record_system_exception(chunk.error)
                 log.warning(
@@ -552,6 +674,8 @@ class FunctionInstance:
             self._acknowledge_completed()
 
     def _close(self) -> None:
+        if self._script is not None:
+            self._script.close()
         for consumer in self._consumers:
             try:
                 consumer.close()

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from magnetar.broker_probe import check_broker
@@ -25,6 +26,7 @@ from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.loader import load_function
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
+from magnetar.statestore import StateOptions, instance_state_dir
 
 __all__ = ["LocalRun"]
 
@@ -42,11 +44,15 @@ class LocalRun:
         broker_url: str,
         on_metrics: Callable[[dict[int, MetricsSnapshot]], None] | None = None,
         report_interval_s: float = 5.0,
+        state_dir: Path | None = None,
     ) -> None:
+        """``state_dir``: where the instances keep their state databases (a directory per
+        instance); None runs them without a state store."""
         self.config = config
         self.broker_url = broker_url
         self._on_metrics = on_metrics
         self._report_interval_s = report_interval_s
+        self._state_dir = state_dir
         self._stop = threading.Event()
         self._force = False
         self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -54,11 +60,18 @@ class LocalRun:
         self.errors: dict[int, str] = {}
 
     def check(self) -> None:
-        """Load the code and reach the broker once here, so a bad --py file or a wrong URL
-        is reported before any instance starts."""
-        if not self.config.py:
-            raise InstanceError("no function code: pass --py FILE (a .py file or a .zip)")
-        load_function(self.config.py, self.config.class_name)
+        """Load the code and reach the broker once here, so a bad --py/--js file or a wrong
+        URL is reported before any instance starts."""
+        if self.config.is_javascript:
+            from magnetar.instance.javascript import check_script_file
+
+            check_script_file(self.config)
+        elif not self.config.py:
+            raise InstanceError(
+                "no function code: pass --py FILE (a .py file or a .zip) or --js FILE"
+            )
+        else:
+            load_function(self.config.py, self.config.class_name)
         try:
             check_broker(self.broker_url)
         except ValueError as error:
@@ -78,7 +91,9 @@ class LocalRun:
         config_json = self.config.model_dump_json(by_alias=True, exclude_none=True)
         level = logging.getLogger().getEffectiveLevel()
         for instance_id in range(self.config.parallelism):
-            spec = InstanceProcessSpec(config_json, self.broker_url, instance_id, level)
+            spec = InstanceProcessSpec(
+                config_json, self.broker_url, instance_id, level, state=self._state(instance_id)
+            )
             child = context.Process(
                 target=run_instance_process,
                 args=(spec, reports),
@@ -134,6 +149,11 @@ class LocalRun:
                 )
         self._drain_reports(reports)
         return 1 if self.errors else 0
+
+    def _state(self, instance_id: int) -> StateOptions | None:
+        if self._state_dir is None:
+            return None
+        return StateOptions(str(instance_state_dir(self._state_dir, self.config.fqfn, instance_id)))
 
     def _drain_reports(self, reports: Any) -> None:
         while True:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from magnetar.statestore import StateOptions
 
 __all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process"]
 
@@ -34,6 +37,8 @@ class InstanceProcessSpec:
     """Version of the function, as the context reports it."""
     metrics_interval_s: float = 1.0
     """How often a MetricsSnapshot is reported."""
+    state: StateOptions | None = None
+    """Where the instance keeps its state; None runs it without a state store."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class InstanceExit:
 def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
     """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue."""
     from magnetar.client import create_client
-    from magnetar.instance.config import FunctionConfig
+    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
 
     logging.basicConfig(
@@ -62,7 +67,17 @@ def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
         worker_id=spec.worker_id,
         function_version=spec.function_version,
     )
-    instance = FunctionInstance(config, client, options, on_metrics=reports.put)
+    state = None
+    if spec.state is not None:
+        from magnetar.statestore import JournaledStateStore
+
+        state = JournaledStateStore(
+            client,
+            config.fqfn,
+            spec.state,
+            effectively_once=config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE,
+        )
+    instance = FunctionInstance(config, client, options, state=state, on_metrics=reports.put)
 
     def stop(signum: int, frame: Any) -> None:
         instance.stop(drain=True)
@@ -75,5 +90,7 @@ def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
     except Exception as failure:
         error = f"{type(failure).__name__}: {failure}"
     finally:
+        if state is not None:
+            state.close()
         client.close()
         reports.put(InstanceExit(spec.instance_id, error))

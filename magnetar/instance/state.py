@@ -1,16 +1,16 @@
 """The state seam between a function's Context and the state store.
 
-The state-store issue backs this with the broker-journaled RocksDB table; until an
-instance is given one, every state call fails with a message saying so.
+``magnetar.statestore.JournaledStateStore`` backs it with the broker-journaled RocksDB
+table; an instance given no store fails every state call with a message saying so.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from magnetar.instance.exceptions import StateNotConfiguredError
 
-__all__ = ["StateStore", "UnconfiguredStateStore"]
+__all__ = ["JournaledState", "StateStore", "UnconfiguredStateStore"]
 
 
 class StateStore(Protocol):
@@ -25,6 +25,25 @@ class StateStore(Protocol):
     def get(self, key: str) -> bytes | None: ...
 
     def delete(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class JournaledState(StateStore, Protocol):
+    """A store whose updates the instance journals: the updates made while processing one
+    input become one record (``commit``) or are dropped (``rollback``); the records of a
+    chunk of inputs are sent on the instance's producer for ``journal_topic`` (``drain``),
+    so the inputs are acknowledged only once their state is persisted, and ``settle``
+    reports how the sends ended."""
+
+    journal_topic: str
+
+    def commit(self, topic: str, message_id: Any) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def drain(self) -> tuple[list[bytes], Any]: ...
+
+    def settle(self, batch: Any, persisted: bool) -> None: ...
 
 
 class UnconfiguredStateStore:

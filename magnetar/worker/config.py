@@ -44,6 +44,11 @@ class WorkerConfig(BaseModel):
     """Where the leader publishes the assignment of instances to workers."""
     packages_topic: str = "packages"
     """Function code packages, content-addressed."""
+    pulsar_admin_url: str | None = None
+    """HTTP admin URL of an Apache Pulsar broker (``http://broker:8080``). When set, the worker
+    creates the system namespace with retention, sets compaction on the system topics and turns
+    on deduplication for EFFECTIVELY_ONCE outputs (``magnetar.worker.broker_policies``); unset
+    (the embedded broker has no admin API), nothing is asked of the broker."""
     heartbeat_interval_s: float = Field(default=0.5, gt=0)
     """How often the worker announces itself."""
     liveness_timeout_s: float = Field(default=3.0, gt=0)
@@ -91,6 +96,17 @@ class WorkerConfig(BaseModel):
                     f'must be JSON such as {{"acme": ["acme-admin"]}}: {error}'
                 ) from None
         return value
+
+    @field_validator("pulsar_admin_url")
+    @classmethod
+    def _check_pulsar_admin_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None  # an empty MAGNETAR_PULSAR_ADMIN_URL means "no admin API"
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"must be the broker's HTTP admin URL, such as http://broker:8080, got {value!r}"
+            )
+        return value.rstrip("/")
 
     @model_validator(mode="after")
     def _check_auth(self) -> WorkerConfig:

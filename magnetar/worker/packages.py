@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import pulsar
 
-from magnetar.instance.positions import Position, position
+from magnetar.positions import Position, position
 from magnetar.topics import full_topic_name
 from magnetar.worker.exceptions import PackageError
 

@@ -98,7 +98,9 @@ class InstanceReconciler:
                 log.warning("cannot fetch the code of %s yet: %s", fqfn, error)
                 complete = False
                 continue
-            config = function.function_config().model_copy(update={"py": str(path)})
+            config = function.function_config()
+            # the code field (py, or js for JavaScript) names the fetched file on this disk
+            config = config.model_copy(update={"js" if config.is_javascript else "py": str(path)})
             desired[key] = InstanceSpec(fqfn, instance_id, config, function.config_version)
         self._runtime.apply(desired)
         return complete

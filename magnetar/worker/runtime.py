@@ -28,14 +28,16 @@ import time
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, Protocol
 
 import pulsar
 
-from magnetar.instance.config import FunctionConfig
+from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
+from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
 from magnetar.worker.model import instance_key
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "ProcessRuntime",
     "Runtime",
     "RuntimeHandle",
+    "StateLayout",
     "ThreadRuntime",
     "make_runtime",
 ]
@@ -63,7 +66,8 @@ class InstanceSpec:
     instance_id: int
     """Index of the instance among the function's ``parallelism`` instances."""
     config: FunctionConfig
-    """The function's config; its ``py`` points at the code file on this worker's disk."""
+    """The function's config; its ``py`` (``js`` for JavaScript) names the code file on this
+    worker's disk."""
     version: int
     """Version of the function record the spec comes from."""
 
@@ -116,6 +120,20 @@ class Runtime(Protocol):
         handle reports them through ``is_alive()`` and ``exit_error()``.
         """
         ...
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Where this worker's instances keep their state: a RocksDB directory per instance
+    (one process per database) under ``root``, journals in ``namespace``."""
+
+    root: Path
+    namespace: str
+
+    def options(self, spec: InstanceSpec) -> StateOptions:
+        """The state options of one instance; the function's version is its epoch."""
+        directory = instance_state_dir(self.root, spec.fqfn, spec.instance_id)
+        return StateOptions(str(directory), self.namespace, epoch=spec.version)
 
 
 # --- process runtime ------------------------------------------------------------------------
@@ -249,10 +267,17 @@ class _ProcessHandle:
 class ProcessRuntime:
     """One OS process per instance (``run_instance_process``), started with "spawn"."""
 
-    def __init__(self, broker_url: str, worker_id: str, log_level: int = logging.INFO) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        worker_id: str,
+        log_level: int = logging.INFO,
+        state: StateLayout | None = None,
+    ) -> None:
         self.broker_url = broker_url
         self.worker_id = worker_id
         self.log_level = log_level
+        self.state = state
         # spawn, not fork: the worker has threads (and pulsar-client's) that fork would copy
         # in whatever state they are in.
         self._context = multiprocessing.get_context("spawn")
@@ -265,6 +290,7 @@ class ProcessRuntime:
             log_level=self.log_level,
             worker_id=self.worker_id,
             function_version=str(spec.version),
+            state=self.state.options(spec) if self.state is not None else None,
         )
         # Duplex: the instance writes reports, and reads only to learn that the worker died.
         reader, writer = self._context.Pipe(duplex=True)
@@ -294,8 +320,11 @@ class _ThreadHandle:
 
     pid: int | None = None
 
-    def __init__(self, instance: FunctionInstance) -> None:
+    def __init__(
+        self, instance: FunctionInstance, state: JournaledStateStore | None = None
+    ) -> None:
         self._instance = instance
+        self._state = state
 
     def stop(self, drain: bool = True) -> None:
         self._instance.stop(drain)
@@ -306,10 +335,14 @@ class _ThreadHandle:
         self._instance.stop(drain=False)
 
     def wait(self, timeout: float) -> bool:
-        return self._instance.wait(timeout)
+        done = self._instance.wait(timeout)
+        if done and self._state is not None:
+            self._state.close()  # its table (if reads opened one) writes its checkpoint
+            self._state = None
+        return done
 
     def is_alive(self) -> bool:
-        return not self._instance.wait(0)
+        return not self.wait(0)
 
     def snapshot(self) -> MetricsSnapshot | None:
         return self._instance.snapshot()
@@ -327,9 +360,12 @@ class ThreadRuntime:
     untrusted or long-running functions.
     """
 
-    def __init__(self, client: pulsar.Client, worker_id: str) -> None:
+    def __init__(
+        self, client: pulsar.Client, worker_id: str, state: StateLayout | None = None
+    ) -> None:
         self.client = client
         self.worker_id = worker_id
+        self.state = state
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         if spec.config.timeout_ms:
@@ -343,13 +379,23 @@ class ThreadRuntime:
             worker_id=self.worker_id,
             function_version=str(spec.version),
         )
-        instance = FunctionInstance(spec.config, self.client, options)
+        state = None
+        if self.state is not None:
+            state = JournaledStateStore(
+                self.client,
+                spec.fqfn,
+                self.state.options(spec),
+                effectively_once=(
+                    spec.config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+                ),
+            )
+        instance = FunctionInstance(spec.config, self.client, options, state=state)
         try:
             instance.start()
         except Exception as error:
             # The instance records the error and is done: the handle reports it as a crash.
             log.debug("%s failed to start: %s", spec.key, error)
-        return _ThreadHandle(instance)
+        return _ThreadHandle(instance, state)
 
 
 def make_runtime(
@@ -359,12 +405,14 @@ def make_runtime(
     worker_id: str,
     client: pulsar.Client | None = None,
     log_level: int = logging.INFO,
+    state: StateLayout | None = None,
 ) -> Runtime:
-    """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``)."""
+    """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
+    with ``state``, instances get a state store."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level)
+        return ProcessRuntime(broker_url, worker_id, log_level, state)
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")
-        return ThreadRuntime(client, worker_id)
+        return ThreadRuntime(client, worker_id, state)
     raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(RUNTIMES)}")

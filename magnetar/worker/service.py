@@ -12,8 +12,10 @@ from typing import Any
 import uvicorn
 
 from magnetar.client import create_client
+from magnetar.statestore import StateQueryService
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth, RoleAuthorizer, TokenAuthenticator, read_key
+from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime, broker_policies
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
@@ -23,7 +25,7 @@ from magnetar.worker.model import WorkerInfo
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
-from magnetar.worker.runtime import make_runtime
+from magnetar.worker.runtime import StateLayout, make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
 from magnetar.worker.trigger import FunctionTrigger
@@ -41,11 +43,16 @@ class WorkerService:
         self._stopped = threading.Event()
         self._server: uvicorn.Server | None = None
         self._http_thread: threading.Thread | None = None
+        self._policies: BrokerPolicies | None = None
 
     def start(self) -> WorkerService:
         """Start every component; returns once the REST API is listening."""
         config = self.config
         me = WorkerInfo(config.worker_id, config.admin_url)
+        # With a broker admin API: the system namespace and its policies, before anything reads it.
+        self._policies = broker_policies(config)
+        if self._policies is not None:
+            self._policies.prepare_system_namespace(config)
         client = self._client = create_client(config.broker_url)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.packages = PackageStore(
@@ -77,9 +84,19 @@ class WorkerService:
             config.heartbeat_interval_s,
             config.request_timeout_s,
         )
-        runtime = make_runtime(
-            config.runtime, broker_url=config.broker_url, worker_id=config.worker_id, client=client
+        state_root = config.data_dir / "state"
+        self.state = StateQueryService(
+            client, state_root, config.system_namespace, config.request_timeout_s
         )
+        runtime = make_runtime(
+            config.runtime,
+            broker_url=config.broker_url,
+            worker_id=config.worker_id,
+            client=client,
+            state=StateLayout(state_root, config.system_namespace),
+        )
+        if self._policies is not None:
+            runtime = DeduplicatingRuntime(runtime, self._policies)
         self.runtime = RuntimeManager(
             runtime,
             config.worker_id,
@@ -104,6 +121,7 @@ class WorkerService:
             instances=self.runtime,
             trigger=FunctionTrigger(client),
             auth=_admin_auth(config),
+            state=self.state,
         )
         self.metadata.start()
         self.assignments.start()
@@ -130,6 +148,9 @@ class WorkerService:
     def _on_metadata_change(self) -> None:
         self.leader.notify()
         self.reconciler.notify()
+        if self.metadata.wait_caught_up(0):
+            # deleted functions' local state (their journals say what to keep)
+            self.state.forget(set(self.metadata.functions()))
 
     def _serve(self, app: Any) -> None:
         server = self._server = uvicorn.Server(
@@ -167,7 +188,10 @@ class WorkerService:
             self._http_thread.join(10)
         self.assignments.stop()
         self.metadata.stop()
+        self.state.stop()
         self._client.close()
+        if self._policies is not None:
+            self._policies.close()
         self._stopped.set()
         log.info("worker %s stopped", self.config.worker_id)
 

@@ -337,3 +337,23 @@ def test_functions_worker_commands(standalone: Standalone) -> None:
     wait_until(lambda: standalone.running("spread") == 3, 20, "running on the others")
     drained = standalone.ok("functions-worker", "get-drain-status", url=2)
     assert drained.splitlines()[1].split() == ["worker-3", "SUCCESS", "0"]
+
+
+def test_create_a_javascript_function(standalone: Standalone) -> None:
+    script = str(EXAMPLES / "exclamation.js")
+    created = standalone.ok(
+        "functions", "create", "--js", script, "--inputs", "js-in", "--output", "js-out"
+    )
+    assert created.strip() == "Created public/default/exclamation successfully"
+    config = standalone.json("functions", "get", "--name", "exclamation")
+    assert isinstance(config, dict) and config["js"] == "exclamation.js" and "py" not in config
+    wait_until(lambda: standalone.running("exclamation") == 1, 20, "script running")
+    assert (
+        standalone.ok("functions", "trigger", "--name", "exclamation", "--trigger-value", "v8")
+        == "v8!\n"
+    )
+    both = standalone.run(
+        "functions", "create", "--js", script, "--py", script, "--name", "x", "--inputs", "y"
+    )
+    assert both.exit_code != 0 and "--py" in both.output and "--js" in both.output
+    standalone.ok("functions", "delete", "--name", "exclamation")

@@ -233,6 +233,12 @@ def test_dead_letter_topic_with_max_message_retries_is_valid() -> None:
     assert (config.dead_letter_topic, config.max_message_retries) == ("dlq", 3)
 
 
+@pytest.mark.parametrize("retries", [0, -1])
+def test_max_message_retries_below_one_is_refused(retries: int) -> None:
+    message = parse_error({"name": "fn", "inputs": ["in"], "maxMessageRetries": retries})
+    assert f"maxMessageRetries must be at least 1, not {retries}" in message
+
+
 def test_max_message_retries_with_effectively_once() -> None:
     message = parse_error(
         {

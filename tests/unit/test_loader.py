@@ -93,6 +93,7 @@ def test_plain_process_function() -> None:
         ("publish.py", "PublishFunction", True),
         ("slow.py", "process", False),
         ("user_config.py", "GreetingFunction", True),
+        ("word_count.py", "WordCountFunction", True),
         ("word_split.py", "WordSplitFunction", True),
     ],
 )
@@ -115,6 +116,7 @@ def test_every_example_is_covered() -> None:
         "publish.py",
         "slow.py",
         "user_config.py",
+        "word_count.py",
         "word_split.py",
     }
 

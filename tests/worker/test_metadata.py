@@ -8,9 +8,9 @@ import threading
 import pulsar
 import pytest
 
+from magnetar.tailer import TopicTailer
 from magnetar.worker.exceptions import FunctionExistsError
 from magnetar.worker.metadata import FunctionRecord, MetadataManager
-from magnetar.worker.tailer import TopicTailer
 
 
 def record(fqfn: str, **fields: object) -> bytes:

@@ -19,7 +19,7 @@ import pulsar
 import pytest
 
 from magnetar.broker import EmbeddedBroker
-from magnetar.instance.positions import Position, position
+from magnetar.positions import Position, position
 from magnetar.worker.exceptions import PackageError
 from magnetar.worker.packages import PackageRef, PackageStore
 from tests.conftest import EXAMPLES

@@ -13,6 +13,7 @@ from magnetar.worker.rest.instances import instances_router
 from magnetar.worker.rest.limits import BodyLimit
 from magnetar.worker.rest.metrics import metrics_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
+from magnetar.worker.rest.state import state_router
 from magnetar.worker.rest.trigger import trigger_router
 
 __all__ = ["InstanceStatuses", "RestServices", "create_app"]
@@ -32,6 +33,8 @@ def create_app(services: RestServices) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=services.config.max_package_bytes + _FORM_OVERHEAD)
     app.include_router(cluster_router)
+    # before the functions' routes, whose /{instance_id}/... paths would take /state/...
+    app.include_router(state_router)
     app.include_router(functions_router)
     app.include_router(instances_router)
     app.include_router(trigger_router)

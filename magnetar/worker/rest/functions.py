@@ -9,15 +9,17 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import httpx
-from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
+from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.services import RestServices
+from magnetar.worker.rest.state import delete_function_state
 
 __all__ = ["functions_router"]
 
@@ -107,8 +109,17 @@ async def _package(
     services: RestServices, content: bytes, filename: str, config: dict[str, Any]
 ) -> dict[str, Any]:
     """Check and store the code; point the config at it; the package reference."""
-    filename = filename or config.get("py") or "function.py"
-    if filename.endswith(".py"):
+    filename = filename or config.get("js") or config.get("py") or "function.py"
+    if filename.endswith(".js"):
+        # loaded in a V8 context of its own (no host access): a syntax error, a throwing top
+        # level or a missing function is a 400 now rather than a crashing instance later
+        timeout_ms = config.get("timeoutMs")
+        if not isinstance(timeout_ms, int) or not 0 < timeout_ms < DEFAULT_TIMEOUT_MS:
+            timeout_ms = DEFAULT_TIMEOUT_MS
+        await run_in_threadpool(
+            check_script, content, filename, config.get("className"), timeout_ms
+        )
+    elif filename.endswith(".py"):
         try:
             compile(content, filename, "exec")
         except SyntaxError as error:
@@ -117,14 +128,25 @@ async def _package(
                 f"{error.msg}"
             ) from None
     elif not filename.endswith(".zip"):
-        raise ApiError(400, f"the function package {filename!r} must be a .py file or a .zip")
+        raise ApiError(
+            400, f"the function package {filename!r} must be a .py file, a .zip or a .js script"
+        )
     ref = await run_in_threadpool(services.packages.upload, content, filename)
-    config["py"] = filename
+    field, other = ("js", "py") if filename.endswith(".js") else ("py", "js")
+    config.pop(other, None)
+    config[field] = filename
     return ref.to_json()
 
 
+def _with_code(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with a stand-in for its code file, to check it before the code arrives."""
+    javascript = config.get("js") or str(config.get("runtime", "")).upper() == "JAVASCRIPT"
+    field = "js" if javascript else "py"
+    return {**config, field: config.get(field) or f"function.{field}"}
+
+
 _CONFIG_PART = Form(alias="functionConfig", description="FunctionConfig JSON")
-_DATA_PART = File(description="The function's code: a .py file or a .zip")
+_DATA_PART = File(description="The function's code: a .py file, a .zip or a .js script")
 _URL_PART = Form(
     description="Where to fetch the code instead: http(s)://, or file:// on the worker"
 )
@@ -147,7 +169,7 @@ async def register(
     config = _config(function_config, tenant, namespace, name)
     if services.metadata.get(fqfn) is not None:
         raise ApiError(409, f"function {fqfn} already exists")
-    FunctionConfig.parse({**config, "py": config.get("py") or "function.py"})
+    FunctionConfig.parse(_with_code(config))
     code = await _code(services, data, url)
     if code is None:
         raise ApiError(400, "the function's code is missing: send it as data (a file) or url")
@@ -185,11 +207,20 @@ async def update(
 
 
 @functions_router.delete("/{tenant}/{namespace}/{name}")
-def delete(request: Request, tenant: str, namespace: str, name: str) -> None:
+def delete(
+    request: Request,
+    tenant: str,
+    namespace: str,
+    name: str,
+    keep_state: Annotated[bool, Query(alias="keepState")] = False,
+) -> None:
+    """Delete a function, and its state unless ``keepState=true``."""
     services = _services(request)
     fqfn = f"{tenant}/{namespace}/{name}"
     _record(services, fqfn)
     services.functions.submit(FunctionChange("delete", fqfn), _credentials(request))
+    if not keep_state:
+        delete_function_state(services, fqfn)
 
 
 @functions_router.get("/{tenant}/{namespace}/{name}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.instance.metrics import MetricsSnapshot
+from magnetar.statestore import StateQueryService
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth
 from magnetar.worker.config import WorkerConfig
@@ -50,6 +51,8 @@ class RestServices:
     trigger: FunctionTrigger
     auth: AdminAuth | None = None
     """Token checks; None when authentication is off."""
+    state: StateQueryService | None = None
+    """Function state queries and puts; None on a worker that serves no state."""
 
     def ready(self) -> bool:
         """Caught up with the cluster and a leader is known."""

@@ -1,0 +1,4 @@
+// The exclamation function in JavaScript: appends '!' to every input.
+function process(input, context) {
+  return input + '!';
+}

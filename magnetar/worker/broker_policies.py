@@ -1,0 +1,198 @@
+"""What a worker asks of an Apache Pulsar broker through its admin API, when it has one.
+
+The embedded broker has no admin API and needs none (it keeps every message). On Apache
+Pulsar these are the policies Magnetar's design relies on:
+
+* **Retention, forever, on the system namespace.** Metadata, assignments, packages and state
+  journals are replayed from their first message by readers, which hold no backlog: without
+  retention Apache Pulsar deletes a topic's older ledgers, and a worker that starts later
+  could not rebuild the cluster's state.
+* **No retention for heartbeats.** The coordination topic is only ever consumed live, so it
+  opts out of the namespace's retention instead of growing forever.
+* **A compaction threshold on the metadata, assignments and packages topics.** The broker
+  compacts them by itself. This is safe for Magnetar's replays: compaction rewrites only
+  messages with a key, and only readers that ask for the compacted view see it.
+* **Deduplication of EFFECTIVELY_ONCE outputs.** An instance sends each output with a sequence
+  id that grows with its input's position, and the broker drops a message whose sequence id is
+  not above the last one it stored for that producer name. That is safe only while one
+  producer's outputs come from one input partition; otherwise the sequence ids of different
+  partitions interleave and the broker would drop fresh outputs, so deduplication is left off
+  (and a warning says why). The broker remembers sequence ids per producer *name*: an
+  instance's output producer is named by the broker anew each run, so today this drops repeats
+  within one run (a send retried after a reconnection); dropping the outputs of inputs
+  replayed after a crash also needs an output producer name that stays the same per input
+  partition, as Apache Pulsar's own instances use.
+
+Every failure is logged and never raised: the worker goes on without the policy.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+
+from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+from magnetar.topics import full_topic_name
+from magnetar.worker.broker_admin import FOREVER, BrokerAdmin
+from magnetar.worker.config import WorkerConfig
+from magnetar.worker.exceptions import BrokerAdminError, BrokerAdminUnreachableError
+from magnetar.worker.runtime import InstanceSpec, Runtime, RuntimeHandle
+
+__all__ = [
+    "COMPACTION_THRESHOLD_BYTES",
+    "BrokerPolicies",
+    "DeduplicatingRuntime",
+    "broker_policies",
+]
+
+log = logging.getLogger(__name__)
+
+COMPACTION_THRESHOLD_BYTES = 64 * 1024 * 1024
+"""Backlog of a system topic above which the broker compacts it."""
+
+_DedupKey = tuple[str, tuple[str, ...], tuple[str, ...]]
+
+
+class BrokerPolicies:
+    """Applies Magnetar's broker policies through ``admin``; logs failures, never raises."""
+
+    def __init__(self, admin: BrokerAdmin) -> None:
+        self._admin = admin
+        self._lock = threading.Lock()
+        self._deduplicated: dict[_DedupKey, bool] = {}
+
+    def close(self) -> None:
+        self._admin.close()
+
+    def prepare_system_namespace(self, config: WorkerConfig) -> bool:
+        """Create the system namespace and set its policies; False if any step failed."""
+        admin = self._admin
+        namespace = config.system_namespace
+        coordination = config.system_topic(config.coordination_topic)
+        compacted = [
+            config.system_topic(name)
+            for name in (config.metadata_topic, config.assignments_topic, config.packages_topic)
+        ]
+        steps: list[Callable[[], object]] = [
+            lambda: admin.create_namespace(namespace),
+            lambda: admin.set_namespace_retention(namespace, FOREVER, FOREVER),
+            lambda: admin.create_topic(coordination),
+            lambda: admin.set_topic_retention(coordination, 0, 0),
+        ]
+        for topic in compacted:
+            steps.append(functools.partial(admin.create_topic, topic))
+            steps.append(
+                functools.partial(admin.set_compaction_threshold, topic, COMPACTION_THRESHOLD_BYTES)
+            )
+        failures = 0
+        try:
+            admin.clusters()  # is this a Pulsar admin API at all?
+            for step in steps:
+                try:
+                    step()
+                except BrokerAdminUnreachableError:
+                    raise
+                except BrokerAdminError as error:
+                    failures += 1
+                    log.error("broker admin: %s; the worker goes on without it", error)
+        except BrokerAdminError as error:
+            log.error(
+                "broker admin: %s; the system namespace %s was not prepared, so the worker "
+                "goes on as if the broker had no admin API",
+                error,
+                namespace,
+            )
+            return False
+        if failures:
+            return False
+        log.info(
+            "broker admin %s: namespace %s keeps its messages forever (heartbeats excepted); "
+            "%s are compacted above %d MiB",
+            admin.url,
+            namespace,
+            ", ".join(compacted),
+            COMPACTION_THRESHOLD_BYTES // (1024 * 1024),
+        )
+        return True
+
+    def ensure_deduplication(self, config: FunctionConfig) -> bool:
+        """Turn on deduplication of an EFFECTIVELY_ONCE function's output topic where that is
+        safe, once per output and inputs; True if the output is deduplicated."""
+        if config.processing_guarantees is not ProcessingGuarantees.EFFECTIVELY_ONCE:
+            return False
+        if not config.output:
+            return False
+        output = full_topic_name(config.output)
+        inputs = tuple(sorted(config.input_serdes()))
+        patterns = tuple(config.input_patterns())
+        key = (output, inputs, patterns)
+        with self._lock:
+            decided = self._deduplicated.get(key)
+            if decided is not None:
+                return decided
+            try:
+                decided = self._deduplicate(config.fqfn, output, inputs, patterns)
+            except BrokerAdminError as error:
+                log.error(
+                    "broker admin: %s; %s runs without broker-side deduplication of %s "
+                    "(a replay after a crash may repeat some of its outputs); tried again when "
+                    "an instance of it starts",
+                    error,
+                    config.fqfn,
+                    output,
+                )
+                return False
+            self._deduplicated[key] = decided
+            return decided
+
+    def _deduplicate(
+        self, fqfn: str, output: str, inputs: tuple[str, ...], patterns: tuple[str, ...]
+    ) -> bool:
+        if not output.startswith("persistent://"):
+            log.warning(
+                "%s is EFFECTIVELY_ONCE but its output %s is not persistent: the broker "
+                "cannot deduplicate it",
+                fqfn,
+                output,
+            )
+            return False
+        if patterns or len(inputs) != 1 or self._admin.partitions(inputs[0]) > 0:
+            log.warning(
+                "not turning on deduplication of %s for EFFECTIVELY_ONCE function %s: its "
+                "outputs come from several input topics or partitions through one producer, "
+                "whose sequence ids (input positions) grow only within one partition, so the "
+                "broker would drop fresh outputs as duplicates",
+                output,
+                fqfn,
+            )
+            return False
+        self._admin.create_topic(output)
+        self._admin.enable_deduplication(output)
+        log.info(
+            "broker admin: deduplication is on for %s, the output of EFFECTIVELY_ONCE function %s",
+            output,
+            fqfn,
+        )
+        return True
+
+
+class DeduplicatingRuntime:
+    """A :class:`Runtime` that has the broker deduplicate an EFFECTIVELY_ONCE instance's output
+    before the wrapped runtime starts it (admin failures are logged; the instance starts)."""
+
+    def __init__(self, runtime: Runtime, policies: BrokerPolicies) -> None:
+        self._runtime = runtime
+        self._policies = policies
+
+    def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        self._policies.ensure_deduplication(spec.config)
+        return self._runtime.start(spec)
+
+
+def broker_policies(config: WorkerConfig) -> BrokerPolicies | None:
+    """The policies for ``config.pulsar_admin_url``; None without one: nothing is asked."""
+    if not config.pulsar_admin_url:
+        return None
+    return BrokerPolicies(BrokerAdmin(config.pulsar_admin_url, config.request_timeout_s))

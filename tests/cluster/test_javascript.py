@@ -1,0 +1,186 @@
+"""JavaScript functions through a worker: registered over the REST API (multipart
+``functionConfig`` + a ``.js`` file), run in instance processes, reported in status."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pulsar
+
+from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.cluster.test_cluster import running
+
+
+def create_js(
+    cluster: Cluster, worker: Worker, name: str, source: bytes, filename: str, **config: Any
+) -> httpx.Response:
+    body = {"tenant": "public", "namespace": "default", "name": name, **config}
+    return httpx.post(
+        f"{worker.url}/admin/v3/functions/public/default/{name}",
+        data={"functionConfig": json.dumps(body)},
+        files={"data": (filename, source)},
+        timeout=30,
+    )
+
+
+def receive(client: pulsar.Client, topic: str, count: int, timeout: float = 30) -> list[str]:
+    consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
+    found: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            try:
+                message = consumer.receive(500)
+            except pulsar.Timeout:
+                continue
+            consumer.acknowledge(message)
+            found.append(message.data().decode())
+    finally:
+        consumer.close()
+    return found
+
+
+def send(client: pulsar.Client, topic: str, values: list[str]) -> None:
+    producer = client.create_producer(topic)
+    for value in values:
+        producer.send(value.encode())
+    producer.close()
+
+
+def test_javascript_function_runs_on_a_worker(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("w1")
+    topic = f"js-{uuid.uuid4().hex[:6]}"
+    created = cluster.create(
+        worker,
+        "excl-js",
+        "exclamation.js",
+        inputs=[topic],
+        output=f"{topic}-out",
+        parallelism=2,
+        subscriptionPosition="Earliest",
+    )
+    assert created.status_code == 200, created.text
+    config = cluster.get(worker, "/admin/v3/functions/public/default/excl-js")
+    assert config["js"] == "exclamation.js" and "py" not in config  # runtime: JAVASCRIPT
+    wait_until(lambda: running(cluster, worker, "excl-js") == 2, 30, "two instances running")
+    send(cluster_client, topic, [f"m{i}" for i in range(50)])
+    assert sorted(receive(cluster_client, f"{topic}-out", 50)) == sorted(
+        f"m{i}!" for i in range(50)
+    )
+
+
+def test_bad_scripts_are_rejected_with_400(cluster: Cluster) -> None:
+    worker = cluster.start_worker("w1")
+    cases = {
+        b"function process(input) {\n  return input +;\n}\n": (
+            "syntax error in bad.js, line 2, column 17: SyntaxError: Unexpected token ';'"
+        ),
+        b"function transform(input) { return input; }\n": (
+            "bad.js defines no function 'process'; it defines: transform"
+        ),
+        b"throw new Error('not configured');\n": (
+            "the top-level code of bad.js threw: Error: not configured"
+        ),
+    }
+    for source, reason in cases.items():
+        answer = create_js(cluster, worker, "bad", source, "bad.js", inputs=["in"])
+        assert answer.status_code == 400, answer.text
+        assert reason in answer.json()["reason"]
+    mismatch = create_js(
+        cluster,
+        worker,
+        "bad",
+        b"function process(i) { return i; }",
+        "bad.js",
+        inputs=["in"],
+        runtime="PYTHON",
+    )
+    assert mismatch.status_code == 400
+    assert "js is set but runtime is PYTHON" in mismatch.json()["reason"]
+    serde = create_js(
+        cluster,
+        worker,
+        "bad",
+        b"function process(i) { return i; }",
+        "bad.js",
+        inputs=["in"],
+        outputSerdeClassName="serde.JsonSerDe",
+    )
+    assert serde.status_code == 400
+    assert "'string' (the default) or 'json'" in serde.json()["reason"]
+    listed = httpx.get(f"{worker.url}/admin/v3/functions/public/default", timeout=10).json()
+    assert "bad" not in listed
+
+
+def test_thrown_errors_and_timeouts_show_in_status_and_the_instance_runs_on(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("w1")
+    topic = f"js-{uuid.uuid4().hex[:6]}"
+    created = cluster.create(
+        worker,
+        "fragile-js",
+        "fragile.js",
+        inputs=[topic],
+        output=f"{topic}-out",
+        timeoutMs=300,
+        processingGuarantees="ATMOST_ONCE",
+        subscriptionPosition="Earliest",
+    )
+    assert created.status_code == 200, created.text
+    wait_until(lambda: running(cluster, worker, "fragile-js") == 1, 30, "instance running")
+    send(cluster_client, topic, ["a", "boom", "hang", "b"])
+    assert receive(cluster_client, f"{topic}-out", 2) == ["A", "B"]
+
+    def instance() -> dict[str, Any]:
+        status: dict[str, Any] = cluster.status(worker, "fragile-js")["instances"][0]["status"]
+        return status
+
+    wait_until(lambda: instance()["numUserExceptions"] == 2, 15, "two user exceptions")
+    errors = [e["exceptionString"] for e in instance()["latestUserExceptions"]]
+    assert errors[0].startswith('Error: cannot handle "boom"\n    at process (fragile.js:5:')
+    assert errors[1] == "the function ran longer than its timeout of 300 ms"
+    assert instance()["running"] and instance()["numSuccessfullyProcessed"] == 2
+
+
+def test_word_count_with_counters_on_a_worker(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("w1")
+    topic = f"js-words-{uuid.uuid4().hex[:6]}"
+    created = cluster.create(
+        worker,
+        "wc-js",
+        "word_count.js",
+        inputs=[topic],
+        output=f"{topic}-out",
+        subscriptionPosition="Earliest",
+    )
+    assert created.status_code == 200, created.text
+    wait_until(lambda: running(cluster, worker, "wc-js") == 1, 30, "instance running")
+    lines = [f"the fox n{i % 7} the end" for i in range(200)]
+    send(cluster_client, topic, lines)
+    answers = receive(cluster_client, f"{topic}-out", 200)
+    assert sorted(answers, key=lambda a: int(a.split("=")[1])) == [
+        f"the={2 * i}" for i in range(1, 201)
+    ]
+    expected = collections.Counter(word for line in lines for word in line.split())
+
+    def counts() -> dict[str, int]:
+        found = {}
+        for word in expected:
+            response = httpx.get(
+                f"{worker.url}/admin/v3/functions/public/default/wc-js/state/{word}", timeout=30
+            )
+            if response.status_code == 200:
+                found[word] = response.json()["numberValue"]
+        return found
+
+    wait_until(lambda: counts() == dict(expected), 30, "exact counts in the state store")
