@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-docker lint bench clean
 
 install: $(STAMP)
 
@@ -22,13 +22,21 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# The suite against a real Apache Pulsar in Docker (testcontainers); fails if no engine answers.
+test-docker: install
+	MAGNETAR_REQUIRE_DOCKER=1 $(BIN)/python -m pytest tests/docker -m docker
+
 lint: install
 	$(BIN)/ruff check magnetar tests bench scripts
 	$(BIN)/ruff format --check magnetar tests bench scripts
 	$(BIN)/mypy
 
+# Every benchmark; each writes JSON under bench/results and prints its comparison.
+BENCHES := instance_throughput cluster_latency metadata_replay scheduler_scale state_throughput \
+	state_materialize state_query js_throughput spark_read_throughput
+
 bench: install
-	$(BIN)/python bench/instance_throughput.py
+	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) build bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,157 @@
+"""The shared harness of the throughput benchmarks: two sides over the same number of
+100-byte messages, alternating ``--repeat`` times in one run, unpinned and pinned to one core
+(``taskset -c 1``), each mode in a fresh process; the JSON holds every rate, the medians and
+the ratio of medians (candidate / baseline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulsar
+
+from magnetar.broker import EmbeddedBroker
+from magnetar.instance import FunctionInstance
+
+ROOT = Path(__file__).resolve().parent.parent
+PAYLOAD = b"x" * 100
+
+Side = Callable[[pulsar.Client, str, str, int], float]
+"""Processes ``count`` messages from a source topic into a sink topic: messages per second."""
+
+
+def fill(client: pulsar.Client, topic: str, count: int) -> None:
+    producer = client.create_producer(
+        topic,
+        batching_enabled=True,
+        batching_max_publish_delay_ms=10,
+        block_if_queue_full=True,
+        max_pending_messages=10_000,
+    )
+    for _ in range(count):
+        producer.send_async(PAYLOAD, None)
+    producer.flush()
+    producer.close()
+
+
+def run_until_processed(instance: FunctionInstance, count: int) -> float:
+    """Run ``instance`` on this thread until it has processed ``count`` messages and stopped
+    gracefully: messages per second, subscribing included."""
+
+    def stop_when_done() -> None:
+        while instance.metrics.processed < count:
+            time.sleep(0.005)
+        instance.stop(drain=True)
+
+    watcher = threading.Thread(target=stop_when_done, daemon=True)
+    started = time.perf_counter()
+    watcher.start()
+    instance.run()
+    return count / (time.perf_counter() - started)
+
+
+def _phase(broker_url: str, messages: int, repeat: int, sides: dict[str, Side]) -> Any:
+    """Run every side ``repeat`` times, alternating the order, in this process."""
+    client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for round_ in range(repeat):
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+        for name in order:
+            source = f"bench-in-{uuid.uuid4().hex[:8]}"
+            fill(client, source, messages)
+            rate = sides[name](client, source, source + "-out", messages)
+            rates[name].append(rate)
+            print(f"  {name:<11} {rate:>10,.0f} msg/s", file=sys.stderr, flush=True)
+    client.close()
+    return rates
+
+
+def _summarize(rates: dict[str, list[float]], baseline: str, candidate: str) -> dict[str, Any]:
+    base = statistics.median(rates[baseline])
+    cand = statistics.median(rates[candidate])
+    return {
+        f"{baseline}_rates": rates[baseline],
+        f"{candidate}_rates": rates[candidate],
+        f"{baseline}_median": base,
+        f"{candidate}_median": cand,
+        "ratio": cand / base,
+    }
+
+
+def compare(
+    doc: str, result_name: str, baseline: tuple[str, Side], candidate: tuple[str, Side]
+) -> None:
+    """The benchmark's ``main``: parse the flags, run both modes, write and print the results."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--broker-url")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / f"{result_name}.json"))
+    parser.add_argument("--phase-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sides = dict([baseline, candidate])
+
+    if args.phase_only:
+        json.dump(_phase(args.broker_url, args.messages, args.repeat, sides), sys.stdout)
+        return
+
+    data_dir = tempfile.mkdtemp(prefix="magnetar-bench-")
+    broker = None
+    try:
+        url = args.broker_url
+        if url is None:
+            broker = EmbeddedBroker(data_dir).start()
+            url = broker.service_url
+        results: dict[str, Any] = {
+            "messages": args.messages,
+            "payload_bytes": len(PAYLOAD),
+            "repeat": args.repeat,
+            "cpus": os.cpu_count(),
+        }
+        modes: dict[str, list[str]] = {"unpinned": []}
+        if shutil.which("taskset"):
+            modes["pinned_cpu1"] = ["taskset", "-c", "1"]
+        for mode, prefix in modes.items():
+            print(f"{mode}:", file=sys.stderr, flush=True)
+            command = [
+                *prefix,
+                sys.executable,
+                os.path.abspath(sys.argv[0]),
+                "--phase-only",
+                "--broker-url",
+                url,
+                "--messages",
+                str(args.messages),
+                "--repeat",
+                str(args.repeat),
+            ]
+            out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
+            results[mode] = _summarize(json.loads(out), baseline[0], candidate[0])
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2))
+        base, cand = f"{baseline[0]} msg/s", f"{candidate[0]} msg/s"
+        print(f"\n{'mode':<12} {base:>18} {cand:>18} {'ratio':>7}")
+        for mode in modes:
+            r = results[mode]
+            print(
+                f"{mode:<12} {r[f'{baseline[0]}_median']:>18,.0f} "
+                f"{r[f'{candidate[0]}_median']:>18,.0f} {r['ratio']:>7.2f}"
+            )
+        print(f"\nwritten to {output}")
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
