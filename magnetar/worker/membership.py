@@ -5,6 +5,11 @@ consumes the topic through one Failover subscription. The broker delivers to exa
 consumer, so receiving fresh heartbeats means being the leader, and the heartbeats tell the
 leader who is alive. Heartbeats carry their send time: old ones (a backlog handed to a new
 leader, or prefetched by a worker that was paused) prove nothing and are dropped.
+
+When the active consumer dies, pulsar-lite 0.2 may leave the subscription without an active
+one until some consumer (re)connects. So a worker that cannot reach the leader it knows (from
+the assignments) for ``liveness_timeout`` subscribes again, under the same consumer name (its
+seniority is kept); on Apache Pulsar that changes nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pulsar
 
 from magnetar.client import subscribe
@@ -40,6 +46,7 @@ class Membership:
         liveness_timeout_s: float,
         on_leadership: Callable[[bool], None],
         on_members_changed: Callable[[], None],
+        known_leader: Callable[[], WorkerInfo | None] = lambda: None,
     ) -> None:
         self._client = client
         self._topic = topic
@@ -56,19 +63,16 @@ class Membership:
         self._leader = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._known_leader = known_leader
+        self._consumer_name = f"{time.time_ns():020d}-{me.worker_id}"
+        self._next_probe = 0.0
+        self._leader_unreachable_since: float | None = None
+        self.resubscriptions = 0
+        """How often the leader was unreachable and this worker subscribed again."""
 
     def start(self) -> None:
         self._producer = self._client.create_producer(self._topic, batching_enabled=False)
-        self._consumer = subscribe(
-            self._client,
-            self._topic,
-            _SUBSCRIPTION,
-            consumer_type=pulsar.ConsumerType.Failover,
-            # The broker makes the lowest name active: prefixing the start time keeps the
-            # longest-running worker leader, so a restarted one does not take leadership back.
-            consumer_name=f"{time.time_ns():020d}-{self.me.worker_id}",
-            receiver_queue_size=100,
-        )
+        self._consumer = self._subscribe()
         for target, name in ((self._beat, "heartbeat"), (self._listen, "membership")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -92,6 +96,18 @@ class Membership:
         """Live workers (known to the leader only), sorted by id."""
         with self._lock:
             return sorted((info for info, _ in self._members.values()), key=lambda w: w.worker_id)
+
+    def _subscribe(self) -> Any:
+        return subscribe(
+            self._client,
+            self._topic,
+            _SUBSCRIPTION,
+            consumer_type=pulsar.ConsumerType.Failover,
+            # The broker makes the lowest name active: prefixing the start time keeps the
+            # longest-running worker leader, so a restarted one does not take leadership back.
+            consumer_name=self._consumer_name,
+            receiver_queue_size=100,
+        )
 
     # --- threads ------------------------------------------------------------------------
 
@@ -121,6 +137,8 @@ class Membership:
                 self._consumer.acknowledge(message)
                 self._record(message)
             self._update()
+            if not self._leader:
+                self._watch_leader()
 
     def _record(self, message: Any) -> None:
         try:
@@ -162,6 +180,43 @@ class Membership:
             )
         if dead:
             self._on_members_changed()
+
+    def _watch_leader(self) -> None:
+        """Subscribe again once the known leader has been unreachable for the liveness
+        timeout (see the module doc)."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return
+        self._next_probe = now + self._interval
+        leader = self._known_leader()
+        if leader is None or leader.worker_id == self.me.worker_id or _answers(leader):
+            self._leader_unreachable_since = None
+            return
+        if self._leader_unreachable_since is None:
+            self._leader_unreachable_since = now
+        if now - self._leader_unreachable_since < self._liveness:
+            return
+        log.warning(
+            "leader %s has not answered for %.1fs and no worker took over: subscribing again",
+            leader.worker_id,
+            self._liveness,
+        )
+        self._leader_unreachable_since = None
+        self.resubscriptions += 1
+        try:
+            self._consumer.close()
+            self._consumer = self._subscribe()
+        except Exception as error:
+            log.warning("subscribing again to the coordination topic failed: %s", error)
+
+
+def _answers(worker: WorkerInfo) -> bool:
+    """Whether the worker's HTTP server answers at all (any status will do)."""
+    try:
+        httpx.get(f"{worker.admin_url}/admin/v2/worker/cluster/leader/ready", timeout=1.0)
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 def _ignore(result: Any, message_id: Any) -> None:

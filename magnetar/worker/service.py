@@ -74,6 +74,7 @@ class WorkerService:
             config.liveness_timeout_s,
             on_leadership=self._on_leadership,
             on_members_changed=self._on_members_changed,
+            known_leader=self._known_leader,
         )
         self.leader = LeaderService(
             me,
@@ -139,6 +140,11 @@ class WorkerService:
         return self
 
     # The managers call back into each other; these bind late, after all are built.
+    def _known_leader(self) -> WorkerInfo | None:
+        """The leader of the newest assignment, if any."""
+        current = self.assignments.current
+        return None if current is None else current.leader
+
     def _on_leadership(self, leader: bool) -> None:
         self.leader.on_leadership(leader)
 

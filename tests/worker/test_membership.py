@@ -1,0 +1,103 @@
+"""Membership on the coordination topic: one leader among the workers, and a worker that
+cannot reach the leader it knows subscribes again (pulsar-lite 0.2 may leave a Failover
+subscription without an active consumer after the active one dies)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pulsar
+import pytest
+
+from magnetar.broker import find_free_port
+from magnetar.client import create_client
+from magnetar.worker.membership import Membership
+from magnetar.worker.model import WorkerInfo
+
+NewMembership = Callable[..., Membership]
+
+
+@pytest.fixture
+def membership(broker_url: str) -> Iterator[NewMembership]:
+    """Start memberships of one fresh coordination topic, each on a client of its own."""
+    topic = f"coordination-{uuid.uuid4().hex[:8]}"
+    started: list[tuple[Membership, pulsar.Client]] = []
+
+    def start(worker_id: str, known_leader: Callable[[], WorkerInfo | None]) -> Membership:
+        client = create_client(broker_url)
+        member = Membership(
+            client,
+            topic,
+            WorkerInfo(worker_id, f"http://127.0.0.1:{find_free_port()}"),
+            heartbeat_interval_s=0.2,
+            liveness_timeout_s=1.0,
+            on_leadership=lambda leader: None,
+            on_members_changed=lambda: None,
+            known_leader=known_leader,
+        )
+        member.start()
+        started.append((member, client))
+        return member
+
+    yield start
+    for member, client in started:
+        member.stop()
+        client.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+class _Ready(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def answering_leader() -> Iterator[WorkerInfo]:
+    """A leader whose HTTP server answers."""
+    server = HTTPServer(("127.0.0.1", 0), _Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield WorkerInfo("w1", f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()
+
+
+def test_one_leader_and_it_knows_the_members(
+    membership: NewMembership, answering_leader: WorkerInfo
+) -> None:
+    first = membership("w1", lambda: None)
+    assert wait_for(lambda: first.is_leader, 10), "the only worker did not become leader"
+    second = membership("w2", lambda: answering_leader)
+    assert wait_for(lambda: [w.worker_id for w in first.members()] == ["w1", "w2"], 10)
+    time.sleep(1.5)  # longer than the liveness timeout: a leader that answers is left alone
+    assert first.is_leader and not second.is_leader
+    assert second.resubscriptions == 0
+
+
+def test_a_worker_that_cannot_reach_the_leader_subscribes_again(
+    membership: NewMembership,
+) -> None:
+    first = membership("w1", lambda: None)
+    assert wait_for(lambda: first.is_leader, 10)
+    # the leader it was told of has no HTTP server: after the liveness timeout it subscribes
+    # again, keeping its name, so the older worker stays the leader
+    gone = WorkerInfo("w0", f"http://127.0.0.1:{find_free_port()}")
+    second = membership("w2", lambda: gone)
+    assert wait_for(lambda: second.resubscriptions >= 1, 10), "no new subscription"
+    time.sleep(0.5)
+    assert first.is_leader and not second.is_leader
+    assert wait_for(lambda: [w.worker_id for w in first.members()] == ["w1", "w2"], 10)
