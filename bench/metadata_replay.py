@@ -3,12 +3,12 @@
 One worker (the *registrar*, on its own embedded broker unless ``--broker-url``, in a system
 namespace of its own) registers ``--functions`` functions (parallelism 1, inputs distinct per
 function, the exclamation example as code package) through its REST API, from a pool of
-``--threads`` clients. No instance ever starts: before registering, the registrar drains
-itself and every worker id this benchmark will start, so the leader assigns nothing (a
-thousand instance processes would swamp a small machine, and running instances are not
-what this measures). The registrar's worker id sorts first, so it stays the leader (the
-Failover subscription that elects it prefers the lowest consumer name): a new worker only
-replays, it does not take the leadership over while being timed.
+``--threads`` clients. No instance ever starts: the registrar drains itself before
+registering, and stops each function once registered, so the new workers it is assigned to
+start nothing (a thousand instance processes would swamp a small machine, and running
+instances are not what this measures). The registrar's worker id sorts first, so it stays
+the leader (the Failover subscription that elects it prefers the lowest consumer name): a
+new worker only replays, it does not take the leadership over while being timed.
 
 Then a NEW worker process is started ``--repeat`` times, each with a fresh data directory,
 and timed from ``Popen`` until ``GET /admin/v2/worker/cluster/leader/ready`` answers 200:
@@ -207,6 +207,10 @@ def register_all(
             else:
                 # 409 after a retry: the earlier attempt went through after all
                 if response.status_code == 200 or (response.status_code == 409 and attempt):
+                    # stopped, so the new workers it is assigned to start no instance of it
+                    http.post(
+                        f"{url}/admin/v3/functions/public/default/{name}/stop", timeout=60
+                    ).raise_for_status()
                     break
                 failure = f"{response.status_code} {response.text[:200]}"
             with lock:
@@ -355,11 +359,9 @@ def main() -> None:
         progress(f"starting the registrar on {url} (namespace {namespace})")
         registrar, registrar_url = workers.start(REGISTRAR)
         workers.wait_ready(registrar, registrar_url)
-        cold_ids = [f"{p}-{i}" for p in (EMPTY, COLD) for i in range(args.repeat)]
-        for worker_id in [REGISTRAR, *cold_ids]:
-            workers.http.put(
-                f"{registrar_url}/admin/v2/worker/leader/drain", params={"workerId": worker_id}
-            ).raise_for_status()
+        workers.http.put(
+            f"{registrar_url}/admin/v2/worker/leader/drain", params={"workerId": REGISTRAR}
+        ).raise_for_status()
 
         progress("cold start with no functions:")
         empty = cold_starts(workers, EMPTY, args.repeat, 0)
