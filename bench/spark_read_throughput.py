@@ -27,27 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
+from _throughput import PAYLOAD, ROOT, fill
 from pyspark.sql import SparkSession
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.spark_connector import spark_session
-
-ROOT = Path(__file__).resolve().parent.parent
-PAYLOAD = b"x" * 100
-
-
-def fill(client: pulsar.Client, topic: str, count: int) -> None:
-    producer = client.create_producer(
-        topic,
-        batching_enabled=True,
-        batching_max_publish_delay_ms=10,
-        block_if_queue_full=True,
-        max_pending_messages=10_000,
-    )
-    for _ in range(count):
-        producer.send_async(PAYLOAD, None)
-    producer.flush()
-    producer.close()
 
 
 def plain_loop(client: pulsar.Client, topics: list[str], per_topic: int) -> float:
