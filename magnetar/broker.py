@@ -74,8 +74,9 @@ class EmbeddedBroker:
     """A pulsar-lite broker process with a data directory, usable as a context manager.
 
     ``port=None`` picks a free loopback port. The broker's own log goes to
-    ``<data_dir>/broker.log``. ``keep_alive_s`` sets how often the broker pings clients
-    (and how long it waits for the answer) to find dead connections.
+    ``<data_dir>/broker.log``, at the level ``MAGNETAR_BROKER_LOG_LEVEL`` names (error, warn,
+    info, debug or trace; warn by default). ``keep_alive_s`` sets how often the broker pings
+    clients (and how long it waits for the answer) to find dead connections.
     """
 
     def __init__(
@@ -99,6 +100,11 @@ class EmbeddedBroker:
         if self.port is None:
             raise BrokerError("the broker has not been started")
         return f"pulsar://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (for measuring what it costs)."""
+        return self._process.pid if self._process is not None else None
 
     @property
     def log_path(self) -> Path:
@@ -134,7 +140,7 @@ class EmbeddedBroker:
                     "--db-path",
                     str(self.data_dir / "db"),
                     "--log-level",
-                    "warn",
+                    os.environ.get("MAGNETAR_BROKER_LOG_LEVEL", "warn"),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

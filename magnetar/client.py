@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any
 
 import pulsar
 
-__all__ = ["create_client", "subscribe"]
+__all__ = ["create_client", "newest_first", "subscribe"]
 
 log = logging.getLogger(__name__)
 
 _ID_SPREAD = 128
 _SPREAD_TOPIC = "persistent://public/default/__magnetar_consumer_ids"
 _SUBSCRIBE_ATTEMPTS = 4
+_NEWEST_FIRST = 10**20
 
 
 def create_client(service_url: str, operation_timeout_s: int = 3) -> pulsar.Client:
@@ -53,3 +55,9 @@ def subscribe(client: pulsar.Client, topic: Any, subscription: str, **kwargs: An
                 subscription,
             )
     return client.subscribe(topic, subscription, **kwargs)
+
+
+def newest_first() -> str:
+    """A consumer-name part that sorts before every one made earlier: pulsar-lite makes the
+    Failover consumer whose name sorts first the active one."""
+    return f"{_NEWEST_FIRST - time.time_ns():020d}"

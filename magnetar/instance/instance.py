@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import signal
 import threading
 import time
@@ -22,11 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import pulsar
 
-from magnetar.client import subscribe
 from magnetar.instance.config import (
     FunctionConfig,
     ProcessingGuarantees,
-    SubscriptionPosition,
     SubscriptionType,
 )
 from magnetar.instance.context import InstanceContext
@@ -39,6 +36,7 @@ from magnetar.instance.positions import RedeliveryFilter, sequence_id
 from magnetar.instance.secrets import EnvironmentSecretsProvider, SecretsProvider
 from magnetar.instance.serde import SerDe, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
+from magnetar.instance.subscription import open_consumers
 from magnetar.topics import base_topic, full_topic_name
 
 if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
@@ -48,15 +46,6 @@ __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 
 log = logging.getLogger(__name__)
 
-_SUBSCRIPTION_TYPES = {
-    SubscriptionType.SHARED: pulsar.ConsumerType.Shared,
-    SubscriptionType.FAILOVER: pulsar.ConsumerType.Failover,
-    SubscriptionType.KEY_SHARED: pulsar.ConsumerType.KeyShared,
-}
-_POSITIONS = {
-    SubscriptionPosition.LATEST: pulsar.InitialPosition.Latest,
-    SubscriptionPosition.EARLIEST: pulsar.InitialPosition.Earliest,
-}
 _INPUT_TOPIC = "__pfn_input_topic__"
 _PREFETCH_DRAIN_S = 1.0
 _INPUT_MSG_ID = "__pfn_input_msg_id__"
@@ -260,40 +249,14 @@ class FunctionInstance:
         return paths
 
     def _subscribe(self) -> None:
-        config = self.config
-        kwargs: dict[str, Any] = {
-            "consumer_type": _SUBSCRIPTION_TYPES[config.subscription_type],
-            "initial_position": _POSITIONS[config.subscription_position],
-            "receiver_queue_size": self.options.receiver_queue_size,
-            "negative_ack_redelivery_delay_ms": self.options.negative_ack_redelivery_delay_ms,
-            "consumer_name": f"{config.fqfn}:{self.options.instance_id}",
-        }
-        if config.max_message_retries is not None:
-            kwargs["dead_letter_policy"] = pulsar.ConsumerDeadLetterPolicy(
-                max_redeliver_count=config.max_message_retries,
-                dead_letter_topic=(
-                    full_topic_name(config.dead_letter_topic) if config.dead_letter_topic else None
-                ),
-            )
-        topics = list(config.input_serdes())
-        targets: list[Any] = [topics] if topics else []
-        targets += [_compile(p) for p in config.input_patterns()]
-        for target in targets:
-            try:
-                consumer = subscribe(self._client, target, config.subscription_name, **kwargs)
-            except Exception as error:
-                if not isinstance(target, list):
-                    raise InstanceError(
-                        f"cannot subscribe to topicsPattern {target.pattern!r}: {error}; the "
-                        "broker must list a namespace's topics for this (the embedded "
-                        "pulsar-lite broker cannot), so list the topics in inputs instead"
-                    ) from error
-                raise InstanceError(
-                    f"cannot subscribe to {', '.join(target)} as "
-                    f"{config.subscription_name!r}: {error}"
-                ) from error
-            self._consumers.append(consumer)
-        for topic in topics:
+        self._consumers = open_consumers(
+            self._client,
+            self.config,
+            self.options.instance_id,
+            self.options.receiver_queue_size,
+            self.options.negative_ack_redelivery_delay_ms,
+        )
+        for topic in self.config.input_serdes():
             self._consumer_by_topic[topic] = self._consumers[0]
 
     def _producer(self, topic: str) -> Any:
@@ -454,14 +417,14 @@ class FunctionInstance:
                 return
             for producer, payload, kwargs in publishes:
                 self._sender.send(chunk, producer, payload, kwargs, owner=message)
-        topic = message.topic_name()
+        topic, message_id = message.topic_name(), message.message_id()
         if outcome.output is not None and self._output is not None:
-            kwargs = self._output_kwargs(message, topic)
+            kwargs = self._output_kwargs(message, message_id, topic)
             self._sender.send(chunk, self._output, outcome.output, kwargs, owner=message)
         if outcome.ack:
             consumer.acknowledge(message)
         if self._journal is not None:
-            self._journal.commit(topic, message.message_id())
+            self._journal.commit(topic, message_id)
         self.metrics.processed += 1
         if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
             chunk.inputs.append((consumer, message))
@@ -480,9 +443,10 @@ class FunctionInstance:
         metrics = self.metrics
         metrics.received += 1
         topic = message.topic_name()
+        message_id = message.message_id()
         if self._guarantees is ProcessingGuarantees.ATMOST_ONCE:
             consumer.acknowledge(message)
-        if self._dedup and self._redeliveries.is_redelivery(topic, message.message_id()):
+        if self._dedup and self._redeliveries.is_redelivery(topic, message_id):
             # acknowledged with this chunk, so only once everything sent before is persisted
             chunk.inputs.append((consumer, message))
             return
@@ -493,7 +457,7 @@ class FunctionInstance:
             self._fail(
                 consumer,
                 message,
-                f"cannot deserialize message {message.message_id()} "
+                f"cannot deserialize message {message_id} "
                 f"from {topic} with {type(serde).__name__}: {error!r}",
                 system=True,
             )
@@ -528,20 +492,20 @@ class FunctionInstance:
             except Exception as error:
                 self._fail(consumer, message, error)
                 return
-            kwargs = self._output_kwargs(message, topic)
+            kwargs = self._output_kwargs(message, message_id, topic)
             self._sender.send(chunk, self._output, content, kwargs, owner=message)
         if self._journal is not None:
-            self._journal.commit(topic, message.message_id())
+            self._journal.commit(topic, message_id)
         metrics.processed += 1
         if self._auto_ack and self._guarantees is not ProcessingGuarantees.ATMOST_ONCE:
             chunk.inputs.append((consumer, message))
 
-    def _output_kwargs(self, message: Any, topic: str) -> dict[str, Any]:
+    def _output_kwargs(self, message: Any, message_id: Any, topic: str) -> dict[str, Any]:
         properties = (
             dict(message.properties()) if (self.config.forward_source_message_property) else {}
         )
         properties[_INPUT_TOPIC] = topic
-        properties[_INPUT_MSG_ID] = base64.b64encode(message.message_id().serialize()).decode()
+        properties[_INPUT_MSG_ID] = base64.b64encode(message_id.serialize()).decode()
         kwargs: dict[str, Any] = {"properties": properties}
         key = message.partition_key()
         if key:
@@ -550,7 +514,7 @@ class FunctionInstance:
         if event_time:
             kwargs["event_timestamp"] = event_time
         if self._dedup:
-            kwargs["sequence_id"] = sequence_id(message.message_id())
+            kwargs["sequence_id"] = sequence_id(message_id)
         return kwargs
 
     def _serde_for(self, topic: str) -> SerDe:
@@ -714,7 +678,3 @@ class FunctionInstance:
     def ack(self, message_id: Any, topic: str) -> None:
         consumer = self._consumer_by_topic.get(topic) or self._consumers[0]
         consumer.acknowledge(message_id)
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile(full_topic_name(pattern) if "://" not in pattern else pattern)

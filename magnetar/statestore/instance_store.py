@@ -18,6 +18,7 @@ yet tailed), plus the current input's updates.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,14 @@ class StateOptions:
     """Longest wait for the table to catch up with the journal on the first read."""
 
 
+def _record_head(topic: str) -> tuple[struct.Struct, int, bytes]:
+    """A record's header, input topic and input position (``RECORD_HEADER`` + the topic +
+    ``SOURCE``) as one struct, with the topic's length and bytes."""
+    name = topic.encode()
+    layout = RECORD_HEADER.format + f"{len(name)}s" + SOURCE.format.lstrip(">")
+    return struct.Struct(layout), len(name), name
+
+
 class JournaledStateStore:
     """The ``StateStore`` of one instance, journaled on the broker (see the module doc).
 
@@ -110,7 +119,8 @@ class JournaledStateStore:
         """Records committed since the last ``drain``."""
         self._inflight: dict[Batch, list[bytes]] = {}
         """Before reads start: drained records whose sends have not settled yet."""
-        self._topics: dict[str, bytes] = {}
+        self._heads: dict[str, tuple[struct.Struct, int, bytes]] = {}
+        """Per input topic: how to pack a record's header, topic and source in one call."""
         # once reads have started (a table exists):
         self._table: StateTable | None = None
         self._current: list[Op] = []
@@ -158,13 +168,19 @@ class JournaledStateStore:
         if not self._count:
             return
         self._seq += 1
-        name = self._topics.get(topic)
-        if name is None:
-            name = self._topics[topic] = topic.encode()
+        head = self._heads.get(topic)
+        if head is None:
+            head = self._heads[topic] = _record_head(topic)
         self._records.append(
-            RECORD_HEADER.pack(self._seq, len(name), self._count)
-            + name
-            + SOURCE.pack(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+            head[0].pack(
+                self._seq,
+                head[1],
+                self._count,
+                head[2],
+                message_id.ledger_id(),
+                message_id.entry_id(),
+                message_id.batch_index(),
+            )
             + self._buf
         )
         self._buf = bytearray()

@@ -6,10 +6,15 @@ consumer, so receiving fresh heartbeats means being the leader, and the heartbea
 leader who is alive. Heartbeats carry their send time: old ones (a backlog handed to a new
 leader, or prefetched by a worker that was paused) prove nothing and are dropped.
 
-When the active consumer dies, pulsar-lite 0.2 may leave the subscription without an active
-one until some consumer (re)connects. So a worker that cannot reach the leader it knows (from
-the assignments) for ``liveness_timeout`` subscribes again, under the same consumer name (its
-seniority is kept); on Apache Pulsar that changes nothing.
+pulsar-lite 0.2 never removes a consumer whose connection was reset (its process killed
+while the broker wrote to it), and makes active the consumer whose name sorts first: a dead
+leader's consumer could hold the subscription for good. So a worker that cannot reach the
+leader it knows (from the assignments) for ``liveness_timeout`` times two (time for the
+broker to drop a dead leader and for its successor to publish assignments) plus its rank
+among the other workers the assignments list (so that they take over one at a time, each
+seeing whether the one before succeeded), subscribes again under a *takeover* name, which
+sorts before every worker's first name and, among takeovers, puts the newest first: it
+becomes the leader.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 import httpx
 import pulsar
 
-from magnetar.client import subscribe
+from magnetar.client import newest_first, subscribe
 from magnetar.worker.model import WorkerInfo
 
 __all__ = ["Membership"]
@@ -47,6 +52,7 @@ class Membership:
         on_leadership: Callable[[bool], None],
         on_members_changed: Callable[[], None],
         known_leader: Callable[[], WorkerInfo | None] = lambda: None,
+        known_workers: Callable[[], list[WorkerInfo]] = list,
     ) -> None:
         self._client = client
         self._topic = topic
@@ -64,9 +70,12 @@ class Membership:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._known_leader = known_leader
+        self._known_workers = known_workers
         self._consumer_name = f"{time.time_ns():020d}-{me.worker_id}"
+        """Workers' first names sort by start time: the longest-running worker leads."""
         self._next_probe = 0.0
         self._leader_unreachable_since: float | None = None
+        self._takeover_after = 0.0
         self.resubscriptions = 0
         """How often the leader was unreachable and this worker subscribed again."""
 
@@ -98,13 +107,12 @@ class Membership:
             return sorted((info for info, _ in self._members.values()), key=lambda w: w.worker_id)
 
     def _subscribe(self) -> Any:
+        """Subscribe to the coordination topic (again) as ``self._consumer_name``."""
         return subscribe(
             self._client,
             self._topic,
             _SUBSCRIPTION,
             consumer_type=pulsar.ConsumerType.Failover,
-            # The broker makes the lowest name active: prefixing the start time keeps the
-            # longest-running worker leader, so a restarted one does not take leadership back.
             consumer_name=self._consumer_name,
             receiver_queue_size=100,
         )
@@ -182,8 +190,8 @@ class Membership:
             self._on_members_changed()
 
     def _watch_leader(self) -> None:
-        """Subscribe again once the known leader has been unreachable for the liveness
-        timeout (see the module doc)."""
+        """Take over once the known leader has been unreachable for long enough (see the
+        module doc)."""
         now = time.monotonic()
         if now < self._next_probe:
             return
@@ -194,15 +202,22 @@ class Membership:
             return
         if self._leader_unreachable_since is None:
             self._leader_unreachable_since = now
-        if now - self._leader_unreachable_since < self._liveness:
+            others = sorted(
+                w.worker_id for w in self._known_workers() if w.worker_id != leader.worker_id
+            )
+            rank = others.index(self.me.worker_id) if self.me.worker_id in others else len(others)
+            self._takeover_after = self._liveness * (2 + rank)
+        waited = now - self._leader_unreachable_since
+        if waited < self._takeover_after:
             return
         log.warning(
-            "leader %s has not answered for %.1fs and no worker took over: subscribing again",
+            "leader %s has not answered for %.1fs and no worker took over: taking over",
             leader.worker_id,
-            self._liveness,
+            waited,
         )
         self._leader_unreachable_since = None
         self.resubscriptions += 1
+        self._consumer_name = f"!{newest_first()}-{self.me.worker_id}"
         try:
             self._consumer.close()
             self._consumer = self._subscribe()

@@ -75,6 +75,7 @@ class WorkerService:
             on_leadership=self._on_leadership,
             on_members_changed=self._on_members_changed,
             known_leader=self._known_leader,
+            known_workers=self._known_workers,
         )
         self.leader = LeaderService(
             me,
@@ -144,6 +145,11 @@ class WorkerService:
         """The leader of the newest assignment, if any."""
         current = self.assignments.current
         return None if current is None else current.leader
+
+    def _known_workers(self) -> list[WorkerInfo]:
+        """The workers of the newest assignment."""
+        current = self.assignments.current
+        return [] if current is None else current.workers
 
     def _on_leadership(self, leader: bool) -> None:
         self.leader.on_leadership(leader)

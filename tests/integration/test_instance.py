@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -347,6 +350,81 @@ def test_graceful_stop_mid_stream_loses_nothing(
     assert set(out) == {f"{v}!" for v in inputs}
     assert 0 < first.metrics.processed < 2000
     wait_for(lambda: first.metrics.processed + second.metrics.processed >= 2000)
+
+
+_KILLED_INSTANCE = """
+import sys, time
+from magnetar.client import create_client
+from magnetar.instance import FunctionConfig, FunctionInstance
+url, name, topic, code = sys.argv[1:]
+client = create_client(url)
+config = FunctionConfig(name=name, py=code, class_name="exclamation.ExclamationFunction",
+    inputs=[topic], output=topic + "-out", retain_ordering=True,
+    subscription_position="Earliest")
+FunctionInstance(config, client).start()
+print("running", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_ordered_instance_killed_mid_stream_is_taken_over_and_loses_nothing(
+    client: pulsar.Client, broker_url: str, run_function: RunFunction, topic: str
+) -> None:
+    # kill -9 of a Failover consumer the broker is writing to resets its connection, and
+    # pulsar-lite 0.2 then keeps that dead consumer on the subscription; the next instance
+    # must still become the active one and get what the dead one left unacknowledged
+    inputs = [f"k{i}" for i in range(3000)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _KILLED_INSTANCE,
+            broker_url,
+            "ordered",
+            topic,
+            str(EXAMPLES / "exclamation.py"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def stream() -> None:
+        for value in inputs:
+            producer.send_async(value.encode(), None)
+            time.sleep(0.001)
+        producer.flush()
+
+    streamer = threading.Thread(target=stream)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "running"
+        streamer.start()
+        time.sleep(1.0)  # the child is handed messages when it dies
+    finally:
+        child.kill()
+        child.wait(10)
+    streamer.join()
+    successor = run_function(
+        "exclamation.py",
+        name="ordered",
+        inputs=[topic],
+        output=f"{topic}-out",
+        retain_ordering=True,
+    )
+    wait_for(lambda: successor.metrics.processed > 0, 30)
+    outputs = client.subscribe(
+        f"{topic}-out", "check", initial_position=pulsar.InitialPosition.Earliest
+    )
+    seen: set[str] = set()
+    expected = {f"{v}!" for v in inputs}
+    deadline = time.monotonic() + 60
+    while not expected <= seen and time.monotonic() < deadline:
+        with contextlib.suppress(pulsar.Timeout):
+            message = outputs.receive(1000)
+            outputs.acknowledge(message)
+            seen.add(message.data().decode())
+    outputs.close()
+    assert len(expected - seen) == 0, f"{len(expected - seen)} inputs never processed"
 
 
 def test_missing_code_is_reported_on_start(client: pulsar.Client, topic: str) -> None:
