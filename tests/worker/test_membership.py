@@ -27,7 +27,11 @@ def membership(broker_url: str) -> Iterator[NewMembership]:
     topic = f"coordination-{uuid.uuid4().hex[:8]}"
     started: list[tuple[Membership, pulsar.Client]] = []
 
-    def start(worker_id: str, known_leader: Callable[[], WorkerInfo | None]) -> Membership:
+    def start(
+        worker_id: str,
+        known_leader: Callable[[], WorkerInfo | None],
+        known_workers: Callable[[], list[WorkerInfo]] = list,
+    ) -> Membership:
         client = create_client(broker_url)
         member = Membership(
             client,
@@ -38,6 +42,7 @@ def membership(broker_url: str) -> Iterator[NewMembership]:
             on_leadership=lambda leader: None,
             on_members_changed=lambda: None,
             known_leader=known_leader,
+            known_workers=known_workers,
         )
         member.start()
         started.append((member, client))
@@ -91,11 +96,24 @@ def test_one_leader_and_it_knows_the_members(
 def test_a_worker_that_cannot_reach_the_leader_takes_over(membership: NewMembership) -> None:
     first = membership("w1", lambda: None)
     assert wait_for(lambda: first.is_leader, 10)
-    # the leader it was told of has no HTTP server: after two to three liveness timeouts it
-    # subscribes again under a name that sorts first, and leads (as over a dead leader's
-    # consumer)
+    # the leader it was told of has no HTTP server: after two liveness timeouts it subscribes
+    # again under a name that sorts first, and leads (as over a dead leader's consumer)
     gone = WorkerInfo("w0", f"http://127.0.0.1:{find_free_port()}")
     second = membership("w2", lambda: gone)
     assert wait_for(lambda: second.resubscriptions >= 1, 10), "no new subscription"
     assert wait_for(lambda: second.is_leader and not first.is_leader, 10), "no takeover"
     assert wait_for(lambda: [w.worker_id for w in second.members()] == ["w1", "w2"], 10)
+
+
+def test_workers_take_over_one_at_a_time_in_rank_order(membership: NewMembership) -> None:
+    first = membership("w1", lambda: None)
+    assert wait_for(lambda: first.is_leader, 10)
+    gone = WorkerInfo("w0", f"http://127.0.0.1:{find_free_port()}")
+    listed = [gone, WorkerInfo("w2", "http://w2"), WorkerInfo("w3", "http://w3")]
+    # w3 ranks after w2 among the workers the assignments list: it waits one liveness
+    # timeout (1 s) longer, which is when w2, had it run, would already lead
+    third = membership("w3", lambda: gone, lambda: listed)
+    started = time.monotonic()
+    assert wait_for(lambda: third.resubscriptions >= 1, 10), "no takeover"
+    assert time.monotonic() - started >= 2.8, "took over before its rank's turn"
+    assert wait_for(lambda: third.is_leader and not first.is_leader, 10)
