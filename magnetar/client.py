@@ -57,7 +57,12 @@ def subscribe(client: pulsar.Client, topic: Any, subscription: str, **kwargs: An
     return client.subscribe(topic, subscription, **kwargs)
 
 
+_latest_ns = 0
+
+
 def newest_first() -> str:
     """A consumer-name part that sorts before every one made earlier: pulsar-lite makes the
     Failover consumer whose name sorts first the active one."""
-    return f"{_NEWEST_FIRST - time.time_ns():020d}"
+    global _latest_ns
+    _latest_ns = max(time.time_ns(), _latest_ns + 1)  # two calls in one tick still differ
+    return f"{_NEWEST_FIRST - _latest_ns:020d}"

@@ -171,6 +171,7 @@ _HEADERS = (
     "processed",
     "user exc",
     "system exc",
+    "dead letters",
     "avg µs",
     "p99 µs",
 )
@@ -185,6 +186,7 @@ def _rows(snapshots: dict[int, MetricsSnapshot]) -> list[tuple[Any, ...]]:
             s.processed,
             s.user_exceptions,
             s.system_exceptions,
+            s.dead_lettered,
             s.average_latency_ms * 1000,
             s.p99_latency_ms * 1000,
         )

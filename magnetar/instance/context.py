@@ -137,7 +137,7 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
     def get_user_config_map(self) -> dict[str, Any]:
         return dict(self._config.user_config)
 
-    def get_secret(self, secret_name: str) -> str | None:
+    def get_secret(self, secret_name: str) -> Any:
         if secret_name not in self._config.secrets:
             return None
         return self._secrets_provider.provide_secret(secret_name, self._config.secrets[secret_name])

@@ -21,3 +21,7 @@ class SerDeError(InstanceError):
 
 class StateNotConfiguredError(InstanceError):
     """A state method was called on an instance that has no state store."""
+
+
+class InvocationTimeoutError(InstanceError):
+    """The function ran longer than its ``timeoutMs``."""

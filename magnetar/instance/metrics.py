@@ -71,6 +71,8 @@ class MetricsSnapshot:
     num_restarts: int = 0
     worker_id: str = ""
     last_minute: WindowCounts = field(default_factory=WindowCounts)
+    dead_lettered: int = 0
+    """Messages sent to the dead-letter topic after their retries were used up."""
 
     def status(self) -> dict[str, Any]:
         """The instance part of Pulsar's FunctionStatus."""
@@ -89,6 +91,7 @@ class MetricsSnapshot:
                 "averageLatency": self.average_latency_ms,
                 "lastInvocationTime": self.last_invocation_ms,
                 "workerId": self.worker_id,
+                "numDeadLettered": self.dead_lettered,
             },
         }
 
@@ -105,6 +108,7 @@ class MetricsSnapshot:
                 "p99ProcessLatency": self.p99_latency_ms,
                 "1min": self.last_minute.to_json(),
                 "lastInvocation": self.last_invocation_ms,
+                "deadLetteredTotal": self.dead_lettered,
                 "userMetrics": dict(self.user_metrics),
             },
         }
@@ -119,6 +123,7 @@ class InstanceMetrics:
     processed: int = 0
     user_exceptions: int = 0
     system_exceptions: int = 0
+    dead_lettered: int = 0
     latency_total_s: float = 0.0
     latency_count: int = 0
     last_invocation_ms: int = 0
@@ -171,6 +176,7 @@ class InstanceMetrics:
                 for name, total in self.user_metric_sums.items()
             },
             last_minute=self._last_minute(),
+            dead_lettered=self.dead_lettered,
         )
 
     def _last_minute(self) -> WindowCounts:

@@ -1,13 +1,16 @@
 """An instance's consumers: one for its listed input topics, one per topics pattern.
 
 A Failover subscription delivers to one active consumer. pulsar-lite 0.2 makes active the
-consumer whose name sorts first, and a consumer whose connection was reset (its process
-killed with messages in flight) is never removed from the subscription: if it stayed first,
-the subscription would deliver to no one until the broker restarts. So the consumers of
-ordered subscriptions are named newest first, and a new one *takes over*: it subscribes,
-becoming active, and closes at once, which makes the broker rewind the subscription to its
-first unacknowledged message (what the dead consumer was handed included), then subscribes
-for good. On Apache Pulsar this costs one more subscribe and changes nothing else.
+consumer whose name sorts first; a consumer whose connection was reset (its process killed
+with messages in flight) is never removed from the subscription; and it rewinds the
+subscription to its first unacknowledged message only when the *active* consumer leaves
+(another consumer's messages stay with it until then). So the consumers of ordered
+subscriptions are named newest first, and a new one *takes over*: a stand-in named newer
+still subscribes first and becomes active, the instance's consumer subscribes and waits as
+standby, and the stand-in closes, which rewinds the subscription and makes the instance's
+consumer active: it receives everything unacknowledged, what the previous consumer (dead or
+alive) was handed included, in order. On Apache Pulsar this costs one more subscribe and
+changes nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pulsar
 from magnetar.client import newest_first, subscribe
 from magnetar.instance.config import FunctionConfig, SubscriptionPosition, SubscriptionType
 from magnetar.instance.exceptions import InstanceError
+from magnetar.instance.options import InstanceOptions
 from magnetar.topics import full_topic_name
 
 __all__ = ["consumer_name", "open_consumers"]
@@ -44,27 +48,17 @@ def consumer_name(config: FunctionConfig, instance_id: int) -> str:
 
 
 def open_consumers(
-    client: pulsar.Client,
-    config: FunctionConfig,
-    instance_id: int,
-    receiver_queue_size: int,
-    negative_ack_redelivery_delay_ms: int,
+    client: pulsar.Client, config: FunctionConfig, instance_id: int, options: InstanceOptions
 ) -> list[Any]:
     """Subscribe to the function's inputs: the consumer of the listed topics (if any)
-    first, then one per topics pattern."""
+    first, then one per topics pattern. No dead-letter policy: the instance counts failures
+    itself (see ``retries``), since the client's policy counts every redelivery."""
     kwargs: dict[str, Any] = {
         "consumer_type": _SUBSCRIPTION_TYPES[config.subscription_type],
         "initial_position": _POSITIONS[config.subscription_position],
-        "receiver_queue_size": receiver_queue_size,
-        "negative_ack_redelivery_delay_ms": negative_ack_redelivery_delay_ms,
+        "receiver_queue_size": options.receiver_queue_size,
+        "negative_ack_redelivery_delay_ms": options.retry_delay_ms,
     }
-    if config.max_message_retries is not None:
-        kwargs["dead_letter_policy"] = pulsar.ConsumerDeadLetterPolicy(
-            max_redeliver_count=config.max_message_retries,
-            dead_letter_topic=(
-                full_topic_name(config.dead_letter_topic) if config.dead_letter_topic else None
-            ),
-        )
     topics = list(config.input_serdes())
     targets: list[Any] = [topics] if topics else []
     targets += [_compile(p) for p in config.input_patterns()]
@@ -72,9 +66,20 @@ def open_consumers(
     consumers = []
     for target in targets:
         try:
+            name = consumer_name(config, instance_id)
             if take_over:
-                _subscribe(client, target, config, instance_id, kwargs).close()
-            consumers.append(_subscribe(client, target, config, instance_id, kwargs))
+                stand_in = _subscribe(
+                    client,
+                    target,
+                    config,
+                    consumer_name(config, instance_id),  # newer: sorts before ``name``
+                    {**kwargs, "receiver_queue_size": 1},
+                )
+                consumer = _subscribe(client, target, config, name, kwargs)
+                stand_in.close()
+            else:
+                consumer = _subscribe(client, target, config, name, kwargs)
+            consumers.append(consumer)
         except Exception as error:
             for consumer in consumers:
                 consumer.close()
@@ -91,13 +96,8 @@ def open_consumers(
 
 
 def _subscribe(
-    client: pulsar.Client,
-    target: Any,
-    config: FunctionConfig,
-    instance_id: int,
-    kwargs: dict[str, Any],
+    client: pulsar.Client, target: Any, config: FunctionConfig, name: str, kwargs: dict[str, Any]
 ) -> Any:
-    name = consumer_name(config, instance_id)
     return subscribe(client, target, config.subscription_name, consumer_name=name, **kwargs)
 
 

@@ -34,7 +34,7 @@ def run_function(client: pulsar.Client) -> Iterator[RunFunction]:
         instance = FunctionInstance(
             FunctionConfig(**fields),
             client,
-            options or InstanceOptions(negative_ack_redelivery_delay_ms=200),
+            options or InstanceOptions(retry_delay_ms=200),
         )
         started.append(instance.start())
         return instance

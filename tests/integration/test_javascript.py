@@ -120,9 +120,7 @@ def test_context_reports_the_message_and_the_function(
     run_function: RunFunction,
     topic: str,
     script: Script,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("MAGNETAR_JS_SECRET", "s3cret")  # the default (environment) provider
     path = script(
         """
         function process(input, context) {
@@ -148,7 +146,7 @@ def test_context_reports_the_message_and_the_function(
         inputs=[topic],
         output=f"{topic}-out",
         user_config={"nested": {"a": [1, 2]}},
-        secrets={"MAGNETAR_JS_SECRET": "env"},
+        secrets={"MAGNETAR_JS_SECRET": "s3cret"},  # Apache's default provider: the value
     )
     producer = client.create_producer(topic)
     sent = producer.send(b"hi", partition_key="k1", event_timestamp=1234, properties={"x": "y"})
@@ -393,7 +391,7 @@ def run_stateful(client: pulsar.Client, tmp_path: Path) -> Iterator[Callable[...
             client, config.fqfn, StateOptions(str(tmp_path / f"state-{len(started)}"))
         )
         instance = FunctionInstance(
-            config, client, InstanceOptions(negative_ack_redelivery_delay_ms=200), state=state
+            config, client, InstanceOptions(retry_delay_ms=200), state=state
         )
         started.append((instance.start(), state))
         return instance

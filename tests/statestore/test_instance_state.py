@@ -77,7 +77,7 @@ def run_stateful(client: pulsar.Client, tmp_path: Path) -> Iterator[RunStateful]
         instance = FunctionInstance(
             config,
             client_ or client,
-            options or InstanceOptions(negative_ack_redelivery_delay_ms=200),
+            options or InstanceOptions(retry_delay_ms=200),
             state=state,
         )
         started.append((instance, state))
@@ -271,7 +271,7 @@ def test_a_broker_outage_redelivers_inputs_instead_of_acknowledging_them(
         "class_name": "word_count.WordCountFunction",
         "inputs": ["outage-in"],
     }
-    options = InstanceOptions(send_timeout_ms=1000, negative_ack_redelivery_delay_ms=200)
+    options = InstanceOptions(send_timeout_ms=1000, retry_delay_ms=200)
     queries = StateQueryService(client, tmp_path / "outage-queries")
 
     def counted() -> dict[str, int]:

@@ -47,6 +47,12 @@ _SERIES: list[tuple[str, str, str, Any]] = [
         "Failures outside the function (serde, sends, crashes)",
         lambda s: s.system_exceptions,
     ),
+    (
+        "dead_lettered_total",
+        "counter",
+        "Messages sent to the dead-letter topic after their retries",
+        lambda s: s.dead_lettered,
+    ),
     ("restarts_total", "counter", "Restarts of the instance", lambda s: s.num_restarts),
     (
         "avg_process_latency_ms",

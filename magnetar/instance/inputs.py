@@ -1,0 +1,127 @@
+"""Where an instance's messages come from: its consumers, the retries it holds back, and
+messages handed back unprocessed, in the order they must be processed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import pulsar
+
+from magnetar.instance.config import FunctionConfig, SubscriptionType
+from magnetar.instance.options import InstanceOptions
+from magnetar.instance.retries import Received, RetryQueue
+from magnetar.instance.subscription import open_consumers
+
+__all__ = ["Inputs"]
+
+log = logging.getLogger(__name__)
+
+
+class Inputs:
+    """The instance's consumers and the messages it holds (see ``retries``)."""
+
+    def __init__(
+        self,
+        client: pulsar.Client,
+        config: FunctionConfig,
+        options: InstanceOptions,
+        retries: RetryQueue,
+        stop: threading.Event,
+    ) -> None:
+        self._client = client
+        self._stop = stop
+        self._config = config
+        self._options = options
+        self.retries = retries
+        self.consumers: list[Any] = []
+        self._consumer_by_topic: dict[str, Any] = {}
+        self._handed_back: deque[Received] = deque()
+        self.rewind_requested = False
+        """A failed send on an ordered subscription: resubscribe before going on."""
+
+    def subscribe(self) -> None:
+        self.consumers = open_consumers(
+            self._client, self._config, self._options.instance_id, self._options
+        )
+        for topic in self._config.input_serdes():
+            self._consumer_by_topic[topic] = self.consumers[0]
+
+    def receive(self, waiting_for_sends: bool) -> list[Received]:
+        """Up to ``max_chunk`` messages: what was handed back, the retries that are due,
+        then new messages (waiting briefly for the first when there is nothing else)."""
+        limit = self._options.max_chunk
+        received: list[Received] = []
+        while self._handed_back and len(received) < limit:
+            received.append(self._handed_back.popleft())
+        if len(received) < limit and len(self.retries):
+            received += self.retries.due(limit - len(received))
+        if received or len(self.retries) >= self._options.max_unacked:
+            return received
+        poll_ms = 5 if waiting_for_sends else self._options.poll_interval_ms
+        due = self.retries.next_due()
+        if due is not None:
+            poll_ms = min(poll_ms, int((due - time.monotonic()) * 1000) + 1)
+        poll_ms = max(1, poll_ms // len(self.consumers))
+        for consumer in self.consumers:
+            try:
+                received.append((consumer, consumer.receive(poll_ms)))
+                while len(received) < limit:
+                    received.append((consumer, consumer.receive(0)))
+            except pulsar.Timeout:
+                pass
+            except pulsar.AlreadyClosed:
+                if not self._stop.is_set():
+                    raise
+        return received
+
+    def prefetched(self, budget: int) -> list[Received]:
+        """What the consumers already hold, without waiting (on a graceful stop)."""
+        received: list[Received] = []
+        for consumer in self.consumers:
+            try:
+                while len(received) < budget:
+                    received.append((consumer, consumer.receive(0)))
+            except (pulsar.Timeout, pulsar.AlreadyClosed):
+                pass
+        return received
+
+    def hand_back(self, received: list[Received]) -> None:
+        """Messages taken but not processed: they come first, in this order, next time."""
+        self._handed_back.extendleft(reversed(received))
+
+    def redeliver(self, consumer: Any, message: Any) -> None:
+        """Have the broker deliver a message again (its send failed): a negative ack, or for
+        an ordered subscription a rewind, since brokers redeliver those only on reconnect."""
+        if self._config.subscription_type is SubscriptionType.FAILOVER:
+            self.rewind_requested = True
+        else:
+            consumer.negative_acknowledge(message)
+
+    def rewind(self, pause_s: float) -> None:
+        """Resubscribe, so delivery resumes at the first unacknowledged message; what is held
+        here comes again from the broker."""
+        for consumer in self.consumers:
+            consumer.close()
+        self.consumers.clear()
+        self._handed_back.clear()
+        self.retries.clear()
+        self._stop.wait(pause_s)
+        self.subscribe()
+        self.rewind_requested = False
+
+    def ack(self, message_id: Any, topic: str) -> None:
+        """Acknowledge for the function (``context.ack``)."""
+        consumer = self._consumer_by_topic.get(topic) or self.consumers[0]
+        consumer.acknowledge(message_id)
+
+    def close(self) -> None:
+        for consumer in self.consumers:
+            try:
+                consumer.close()
+            except Exception as error:
+                log.debug("closing a consumer failed: %s", error)
+        self.consumers.clear()

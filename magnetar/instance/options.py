@@ -1,0 +1,49 @@
+"""How an instance talks to the broker: the knobs a worker or a test may turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["InstanceOptions"]
+
+
+@dataclass(frozen=True)
+class InstanceOptions:
+    """How an instance talks to the broker; defaults suit most functions."""
+
+    instance_id: int = 0
+    """Index of this instance among the function's ``parallelism`` instances."""
+    receiver_queue_size: int = 1000
+    """Messages prefetched per consumer: the instance's bounded input queue."""
+    max_chunk: int = 500
+    """Most messages processed between two acknowledgement rounds."""
+    max_unacked: int = 20_000
+    """Inputs processed or held for a retry but not yet acknowledged before the instance
+    waits."""
+    batching_max_publish_delay_ms: int = 10
+    """How long the output producer waits to fill a batch."""
+    large_message_bytes: int = 64 * 1024
+    """Sends at least this big get a callback of their own (they can fail alone)."""
+    retry_delay_ms: int = 1000
+    """Wait before a failed message is processed again; it doubles with every failure of
+    that message, up to ``max_retry_delay_ms`` (Pulsar's redelivery backoff)."""
+    max_retry_delay_ms: int = 60_000
+    """Longest wait between two attempts at a failing message."""
+    poll_interval_ms: int = 100
+    """Longest wait for input before the instance checks for stop and acks."""
+    metrics_interval_s: float = 2.0
+    """How often ``on_metrics`` receives a snapshot."""
+    drain_timeout_s: float = 30.0
+    """Longest wait for in-flight sends on a graceful stop."""
+    send_timeout_ms: int = 30_000
+    """How long a send may wait for the broker before it fails (its inputs are redelivered)."""
+    worker_id: str = ""
+    """The worker running this instance (reported in status)."""
+    function_version: str = ""
+    """Version of the function's code/config, reported by the context."""
+    secrets_provider_classname: str | None = None
+    """The secrets provider answering ``context.get_secret`` (see ``secrets``); Apache's
+    default, the clear-text one, when None."""
+    secrets_provider_config: Any = None
+    """What the secrets provider's ``init`` is given."""

@@ -1,0 +1,90 @@
+"""The instance's producers: the output topic, ``context.publish`` topics, the state journal
+and the dead-letter topic, one producer per topic; and what an output message carries."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+import pulsar
+
+from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+from magnetar.instance.exceptions import InstanceError
+from magnetar.instance.options import InstanceOptions
+from magnetar.instance.positions import sequence_id
+from magnetar.topics import full_topic_name
+
+__all__ = ["INPUT_MSG_ID", "INPUT_TOPIC", "Outputs"]
+
+log = logging.getLogger(__name__)
+
+INPUT_TOPIC = "__pfn_input_topic__"
+INPUT_MSG_ID = "__pfn_input_msg_id__"
+
+
+class Outputs:
+    """Producers by topic, created on first use."""
+
+    def __init__(
+        self, client: pulsar.Client, config: FunctionConfig, options: InstanceOptions
+    ) -> None:
+        self._client = client
+        self._options = options
+        self._forward_properties = config.forward_source_message_property
+        self._sequence_ids = config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        self._producers: dict[str, Any] = {}
+        self.output: Any = self.producer(config.output) if config.output else None
+        """The output topic's producer; None when the function has no output."""
+
+    def producer(self, topic: str) -> Any:
+        """The producer for ``topic`` (a short or full name)."""
+        full = full_topic_name(topic)
+        producer = self._producers.get(full)
+        if producer is None:
+            try:
+                producer = self._client.create_producer(
+                    full,
+                    batching_enabled=True,
+                    batching_max_publish_delay_ms=self._options.batching_max_publish_delay_ms,
+                    block_if_queue_full=True,
+                    max_pending_messages=2 * self._options.max_unacked,
+                    send_timeout_millis=self._options.send_timeout_ms,
+                )
+            except Exception as error:
+                raise InstanceError(f"cannot create a producer on {full}: {error}") from error
+            self._producers[full] = producer
+        return producer
+
+    def result_kwargs(self, message: Any, message_id: Any, topic: str) -> dict[str, Any]:
+        """How the result of ``message`` is sent: its key, event time and properties, and the
+        input's topic and id (``trigger`` finds the result by them)."""
+        properties = dict(message.properties()) if self._forward_properties else {}
+        properties[INPUT_TOPIC] = topic
+        properties[INPUT_MSG_ID] = base64.b64encode(message_id.serialize()).decode()
+        kwargs: dict[str, Any] = {"properties": properties}
+        key = message.partition_key()
+        if key:
+            kwargs["partition_key"] = key
+        event_time = message.event_timestamp()
+        if event_time:
+            kwargs["event_timestamp"] = event_time
+        if self._sequence_ids:
+            kwargs["sequence_id"] = sequence_id(message_id)
+        return kwargs
+
+    def flush(self) -> None:
+        """Send what every producer still batches (on stop)."""
+        for producer in list(self._producers.values()):
+            try:
+                producer.flush()
+            except Exception as error:
+                log.warning("flushing %s on stop failed: %s", producer.topic(), error)
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            try:
+                producer.close()
+            except Exception as error:
+                log.debug("closing a producer failed: %s", error)
+        self._producers.clear()
