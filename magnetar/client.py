@@ -57,12 +57,11 @@ def subscribe(client: pulsar.Client, topic: Any, subscription: str, **kwargs: An
     return client.subscribe(topic, subscription, **kwargs)
 
 
-_latest_ns = 0
+_latest_ns = [0]
 
 
 def newest_first() -> str:
     """A consumer-name part that sorts before every one made earlier: pulsar-lite makes the
     Failover consumer whose name sorts first the active one."""
-    global _latest_ns
-    _latest_ns = max(time.time_ns(), _latest_ns + 1)  # two calls in one tick still differ
-    return f"{_NEWEST_FIRST - _latest_ns:020d}"
+    now = _latest_ns[0] = max(time.time_ns(), _latest_ns[0] + 1)  # one tick, two names
+    return f"{_NEWEST_FIRST - now:020d}"
