@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pulsar
 
-__all__ = ["create_client", "newest_first", "subscribe"]
+__all__ = ["Connection", "create_client", "newest_first", "subscribe"]
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,47 @@ _SUBSCRIBE_ATTEMPTS = 4
 _NEWEST_FIRST = 10**20
 
 
-def create_client(service_url: str, operation_timeout_s: int = 3) -> pulsar.Client:
+@dataclass(frozen=True)
+class Connection:
+    """How a client authenticates and secures its connection (pulsar-admin's localrun flags
+    --client-auth-plugin, --client-auth-params, --use-tls, ...)."""
+
+    auth_plugin: str | None = None
+    """An authentication plugin, by Pulsar's Java class name (AuthenticationToken, ...)."""
+    auth_params: str | None = None
+    """The plugin's parameters (``token:...``, ``file:...`` or JSON)."""
+    use_tls: bool = False
+    tls_allow_insecure: bool = False
+    tls_validate_hostname: bool = False
+    tls_trust_cert_path: str | None = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """The ``pulsar.Client`` arguments."""
+        kwargs: dict[str, Any] = {}
+        if self.auth_plugin:
+            kwargs["authentication"] = pulsar.Authentication(
+                self.auth_plugin, self.auth_params or ""
+            )
+        if self.use_tls:
+            kwargs["use_tls"] = True
+        if self.tls_allow_insecure:
+            kwargs["tls_allow_insecure_connection"] = True
+        if self.tls_validate_hostname:
+            kwargs["tls_validate_hostname"] = True
+        if self.tls_trust_cert_path:
+            kwargs["tls_trust_certs_file_path"] = self.tls_trust_cert_path
+        return kwargs
+
+
+def create_client(
+    service_url: str, operation_timeout_s: int = 3, connection: Connection | None = None
+) -> pulsar.Client:
     """A quiet client whose consumer ids are unlikely to collide with other clients'."""
     client = pulsar.Client(
         service_url,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         operation_timeout_seconds=operation_timeout_s,
+        **(connection.client_kwargs() if connection else {}),
     )
     try:
         for _ in range(random.randrange(_ID_SPREAD)):

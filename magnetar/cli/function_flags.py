@@ -28,10 +28,13 @@ _URL_SCHEMES = ("http://", "https://", "file://")
 
 
 def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the FunctionConfig flags (all but the function's identity) to ``command``."""
+    """Add the FunctionConfig flags of pulsar-admin's ``functions create|update|localrun`` (all
+    but the function's identity) to ``command``; deprecated camelCase spellings, which
+    pulsar-admin still accepts, follow the current names."""
     options = [
         click.option(
             "--function-config-file",
+            "--functionConfigFile",
             type=click.Path(dir_okay=False),
             help="JSON or YAML FunctionConfig; flags override its fields.",
         ),
@@ -41,23 +44,72 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--js", help="The function's .js script (runtime JAVASCRIPT), instead of --py."
         ),
+        click.option("--jar", help="Refused: Java functions run on Apache Pulsar's own worker."),
+        click.option("--go", help="Refused: Go functions run on Apache Pulsar's own worker."),
+        click.option("-t", "--function-type", help="Refused: built-in Java functions (as --jar)."),
         click.option(
             "--classname",
+            "--className",
             "class_name",
-            help="module.ClassName or module.function (for --js: the script's function).",
+            help="module (its process), module.ClassName, package.module.ClassName or "
+            "module.function; for --js, the script's function.",
         ),
         click.option("-i", "--inputs", help="Comma-separated input topics."),
-        click.option("--topics-pattern", help="Regex of input topics."),
+        click.option("--topics-pattern", "--topicsPattern", help="Regex of input topics."),
+        click.option("--input-specs", help="JSON map of input topic to ConsumerConfig."),
+        click.option(
+            "--custom-serde-inputs", "--customSerdeInputs", help="JSON map of input to SerDe."
+        ),
+        click.option(
+            "--custom-schema-inputs",
+            help="JSON map of input topic to schema (kept; the Python runtime uses SerDes).",
+        ),
+        click.option(
+            "--custom-schema-outputs", help="JSON map of topic to schema (kept, Java only)."
+        ),
+        click.option("--input-type-class-name", help="Kept, Java only."),
         click.option("-o", "--output", help="Output topic."),
-        click.option("--log-topic", help="Topic the function's logs are published to."),
+        click.option("--output-type-class-name", help="Kept, Java only."),
+        click.option(
+            "-st",
+            "--schema-type",
+            "output_schema_type",
+            help="Output schema type (kept; the Python runtime uses the output SerDe).",
+        ),
+        click.option(
+            "--output-serde-classname",
+            "--outputSerdeClassName",
+            "output_serde_class_name",
+            help="SerDe class for the output.",
+        ),
+        click.option(
+            "--producer-config",
+            help="JSON ProducerConfig of the output (maxPendingMessages, compressionType, "
+            "batchBuilder).",
+        ),
+        click.option(
+            "--batch-builder",
+            type=click.Choice(["DEFAULT", "KEY_BASED"], case_sensitive=False),
+            help="How outputs are batched [default: DEFAULT].",
+        ),
+        click.option(
+            "--log-topic", "--logTopic", help="Topic the function's logs are published to."
+        ),
         click.option("--parallelism", type=int, help="Number of instances [default: 1]."),
         click.option(
             "--processing-guarantees",
+            "--processingGuarantees",
             type=click.Choice(["ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL"]),
             help="Delivery semantics [default: ATLEAST_ONCE].",
         ),
-        click.option("--user-config", help="JSON map readable with context.get_user_config_value."),
-        click.option("--secrets", help="JSON map of secret name to locator."),
+        click.option(
+            "--user-config",
+            "--userConfig",
+            help="JSON map readable with context.get_user_config_value.",
+        ),
+        click.option(
+            "--secrets", help="JSON map of secret name to what the secrets provider reads."
+        ),
         click.option("--subs-name", "sub_name", help="Subscription name [default: the FQFN]."),
         click.option(
             "--subs-position",
@@ -65,23 +117,57 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["Latest", "Earliest"]),
             help="Where a new subscription starts [default: Latest].",
         ),
-        click.option("--retain-ordering", is_flag=True, default=None, help="Process in order."),
+        click.option(
+            "--skip-to-latest",
+            help="true: every start of an instance skips what arrived meanwhile.",
+        ),
+        click.option(
+            "--retain-ordering",
+            "--retainOrdering",
+            is_flag=True,
+            default=None,
+            help="Process in order.",
+        ),
         click.option(
             "--retain-key-ordering", is_flag=True, default=None, help="Process each key in order."
         ),
-        click.option("--max-message-retries", type=int, help="Redeliveries before dead-lettering."),
-        click.option("--dead-letter-topic", help="Topic for messages that exhaust their retries."),
-        click.option("--timeout-ms", type=int, help="Upper bound of one invocation, in ms."),
-        click.option("--auto-ack", help="true or false [default: true]."),
-        click.option("--custom-serde-inputs", help="JSON map of input topic to SerDe class."),
         click.option(
-            "--output-serde-classname",
-            "output_serde_class_name",
-            help="SerDe class for the output.",
+            "--forward-source-message-property",
+            help="true or false: copy the input's properties to the output [default: true].",
         ),
-        click.option("--cpu", type=float, help="CPU cores per instance (recorded, as Pulsar's)."),
-        click.option("--ram", type=int, help="Bytes of RAM per instance (recorded)."),
-        click.option("--disk", type=int, help="Bytes of disk per instance (recorded)."),
+        click.option(
+            "--max-message-retries",
+            type=int,
+            help="Retries of a failing message before it goes to the dead-letter topic.",
+        ),
+        click.option("--dead-letter-topic", help="Topic for messages whose retries are used up."),
+        click.option(
+            "--timeout-ms",
+            "--timeoutMs",
+            type=int,
+            help="Upper bound of one invocation, in ms.",
+        ),
+        click.option("--auto-ack", "--autoAck", help="true or false [default: true]."),
+        click.option(
+            "--cleanup-subscription",
+            help="true or false: delete the subscription with the function [default: true].",
+        ),
+        click.option("--cpu", type=float, help="CPU cores per instance (kept, as Pulsar's)."),
+        click.option(
+            "--ram", type=int, help="Bytes of RAM per instance (for --js, its heap limit)."
+        ),
+        click.option("--disk", type=int, help="Bytes of disk per instance (kept)."),
+        click.option("--custom-runtime-options", help="Kept (Pulsar's Kubernetes runtime option)."),
+        click.option("--runtime-flags", help="Kept (Pulsar's process runtime option)."),
+        *[
+            click.option(*names, type=int, hidden=True, help="Refused: window functions.")
+            for names in (
+                ("--window-length-count", "--windowLengthCount"),
+                ("--window-length-duration-ms", "--windowLengthDurationMs"),
+                ("--sliding-interval-count", "--slidingIntervalCount"),
+                ("--sliding-interval-duration-ms", "--slidingIntervalDurationMs"),
+            )
+        ],
     ]
     for option in reversed(options):
         command = option(command)
@@ -93,24 +179,50 @@ def is_url(value: str) -> bool:
     return value.startswith(_URL_SCHEMES)
 
 
+_JSON_FLAGS = {
+    "user_config": "--user-config",
+    "secrets": "--secrets",
+    "custom_serde_inputs": "--custom-serde-inputs",
+    "custom_schema_inputs": "--custom-schema-inputs",
+    "custom_schema_outputs": "--custom-schema-outputs",
+    "input_specs": "--input-specs",
+    "producer_config": "--producer-config",
+}
+_BOOL_FLAGS = {
+    "auto_ack": "--auto-ack",
+    "skip_to_latest": "--skip-to-latest",
+    "forward_source_message_property": "--forward-source-message-property",
+    "cleanup_subscription": "--cleanup-subscription",
+}
+_WINDOW_FLAGS = {
+    "window_length_count": "windowLengthCount",
+    "window_length_duration_ms": "windowLengthDurationMs",
+    "sliding_interval_count": "slidingIntervalCount",
+    "sliding_interval_duration_ms": "slidingIntervalDurationMs",
+}
+
+
 def config_fields(function_config_file: str | None, **flags: Any) -> dict[str, Any]:
     """FunctionConfig fields (camelCase) from the config file overlaid with the given flags."""
     data: dict[str, Any] = load_config_file(function_config_file) if function_config_file else {}
     inputs = flags.pop("inputs", None)
     if inputs:
         data["inputs"] = [t.strip() for t in inputs.split(",") if t.strip()]
-    json_flags = {
-        "user_config": "--user-config",
-        "secrets": "--secrets",
-        "custom_serde_inputs": "--custom-serde-inputs",
-    }
-    for field, flag in json_flags.items():
+    for field, flag in _JSON_FLAGS.items():
         value = _json_option(flags.pop(field, None), flag)
         if value is not None:
             data[to_camel(field)] = value
-    auto_ack = _bool_option(flags.pop("auto_ack", None), "--auto-ack")
-    if auto_ack is not None:
-        data["autoAck"] = auto_ack
+    for field, flag in _BOOL_FLAGS.items():
+        value = _bool_option(flags.pop(field, None), flag)
+        if value is not None:
+            data[to_camel(field)] = value
+    window = {
+        key: value
+        for field, key in _WINDOW_FLAGS.items()
+        if (value := flags.pop(field, None)) is not None
+    }
+    if window:
+        data["windowConfig"] = {**data.get("windowConfig", {}), **window}
     resources = {
         key: value for key in ("cpu", "ram", "disk") if (value := flags.pop(key, None)) is not None
     }

@@ -31,6 +31,7 @@ __all__ = [
     "ConsumerSpec",
     "FunctionConfig",
     "ProcessingGuarantees",
+    "ProducerSpec",
     "Runtime",
     "SubscriptionPosition",
     "SubscriptionType",
@@ -99,6 +100,22 @@ class ConsumerSpec(_Model):
     message_payload_processor_config: dict[str, Any] | None = None
 
 
+class ProducerSpec(_Model):
+    """The output producer's settings (Pulsar's ``producerConfig``)."""
+
+    max_pending_messages: int | None = Field(default=None, ge=1)
+    """Sends in flight before a send waits."""
+    compression_type: str | None = None
+    """NONE, LZ4, ZLIB, ZSTD or SNAPPY."""
+    batch_builder: str | None = None
+    """DEFAULT or KEY_BASED."""
+    # Accepted and kept: Pulsar's Java producer options without a meaning here.
+    max_pending_messages_across_partitions: int | None = None
+    use_thread_local_producers: bool | None = None
+    crypto_config: dict[str, Any] | None = None
+    batching_config: dict[str, Any] | None = None
+
+
 class FunctionConfig(_Model):
     """A function's configuration. Field names are Apache Pulsar's FunctionConfig (camelCase in
     JSON, snake_case in Python)."""
@@ -159,16 +176,32 @@ class FunctionConfig(_Model):
     forward_source_message_property: bool = True
     """Copy the input message's properties onto the output message."""
     cleanup_subscription: bool | None = None
-    """Accepted for compatibility (the worker removes subscriptions on delete)."""
-    # Accepted and ignored: meaningful to Pulsar's Java/Kubernetes runtimes only.
+    """Whether deleting the function deletes its subscription (Pulsar's default: yes)."""
+    producer_config: ProducerSpec | None = None
+    """Settings of the output producer (Pulsar's ``producerConfig``)."""
+    batch_builder: str | None = None
+    """How outputs are batched: DEFAULT, or KEY_BASED (one batch per key)."""
+    skip_to_latest: bool | None = None
+    """On every start of an instance, skip what arrived while it was not running."""
+    jar: str | None = None
+    """A Java function's jar: refused (Magnetar runs Python and JavaScript)."""
+    go: str | None = None
+    """A Go function's binary: refused (Magnetar runs Python and JavaScript)."""
+    function_type: str | None = None
+    """A built-in Java function type: refused, as ``jar``."""
+    # Accepted and kept, without effect: Pulsar uses them for Java functions or for its
+    # Kubernetes and process runtimes only (its Python runtime ignores them too).
     resources: dict[str, Any] | None = None
     runtime_flags: str | None = None
     max_pending_async_requests: int | None = None
     expose_pulsar_admin_client_enabled: bool | None = None
-    skip_to_latest: bool | None = None
-    producer_config: dict[str, Any] | None = None
-    batch_builder: str | None = None
     custom_runtime_options: str | None = None
+    custom_schema_inputs: dict[str, str] | None = None
+    custom_schema_outputs: dict[str, str] | None = None
+    input_type_class_name: str | None = None
+    output_type_class_name: str | None = None
+    output_schema_type: str | None = None
+    window_config: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -356,11 +389,41 @@ def _validate(config: FunctionConfig) -> None:
             "autoAck=false cannot be used with ATMOST_ONCE, which acknowledges every "
             "message on receipt; use MANUAL to acknowledge from the function"
         )
+    _validate_producer(config)
     _validate_code(config)
+
+
+_COMPRESSION_TYPES = ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")
+_BATCH_BUILDERS = ("DEFAULT", "KEY_BASED")
+
+
+def _validate_producer(config: FunctionConfig) -> None:
+    producer = config.producer_config
+    builders = [config.batch_builder, producer.batch_builder if producer else None]
+    for builder in builders:
+        if builder is not None and builder.upper() not in _BATCH_BUILDERS:
+            raise ValueError(f"batchBuilder {builder!r} must be DEFAULT or KEY_BASED")
+    compression = producer.compression_type if producer else None
+    if compression is not None and compression.upper() not in _COMPRESSION_TYPES:
+        raise ValueError(
+            f"producerConfig.compressionType {compression!r} must be one of "
+            f"{', '.join(_COMPRESSION_TYPES)}"
+        )
 
 
 def _validate_code(config: FunctionConfig) -> None:
     """The code fields must match the runtime; JavaScript takes its own SerDe names."""
+    for field, what in (("jar", "Java"), ("function_type", "built-in Java"), ("go", "Go")):
+        if getattr(config, field):
+            raise ValueError(
+                f"{to_camel(field)} is set, but Magnetar runs Python (py) and JavaScript (js) "
+                f"functions, not {what} ones; run those on Apache Pulsar's own functions worker"
+            )
+    if config.window_config:
+        raise ValueError(
+            "windowConfig is set, but window functions are not supported yet; process each "
+            "message and keep the window in state (context.put_state/get_state)"
+        )
     if config.py and config.js:
         raise ValueError("set py (--py) or js (--js), not both: a function has one code file")
     if config.is_javascript:

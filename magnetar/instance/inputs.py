@@ -49,6 +49,9 @@ class Inputs:
         )
         for topic in self._config.input_serdes():
             self._consumer_by_topic[topic] = self.consumers[0]
+        if self._config.skip_to_latest:  # what arrived while no instance ran is skipped
+            for consumer in self.consumers:
+                consumer.seek(pulsar.MessageId.latest)
 
     def receive(self, waiting_for_sends: bool) -> list[Received]:
         """Up to ``max_chunk`` messages: what was handed back, the retries that are due,

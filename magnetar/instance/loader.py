@@ -1,14 +1,25 @@
 """Loading a Python function from ``--py`` (a .py file or a .zip) and ``--classname``.
 
-Accepted, as Apache Pulsar Functions accepts them: a class subclassing ``pulsar.Function``
-or any class with ``process(self, input, context)``; a plain ``process(input)`` function
-(or ``process(input, context)``). A zip holds the module at its root, under ``src/`` or under
-a single top-level folder (the layout ``pulsar-admin`` builds).
+The class name is resolved as Apache Pulsar's Python instance resolves it:
+
+* ``module`` (no dot): the module of that name, whose ``process(input)`` is called for each
+  message (Apache imports the name as a module and calls its ``process``);
+* ``module.Class`` or ``package.module.Class``: the class, instantiated once, whose
+  ``process(input, context)`` is called;
+* ``package.module``: that module's ``process(input)``.
+
+Beyond Apache: ``module.function`` calls that function; a name without a dot that is not a
+module names a class or function in the module the ``.py`` file defines; without a class
+name the module's only ``pulsar.Function`` subclass, or else its ``process``, runs; and a
+``process`` may take the context or not, whatever its form. A zip holds the module at its
+root, under ``src/`` or under a single top-level folder (the layout ``pulsar-admin`` builds).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import sys
 import zipfile
@@ -72,30 +83,38 @@ def _module_name(py: str | Path) -> str:
 def load_function(
     py: str | Path, class_name: str | None, work_dir: Path | None = None
 ) -> LoadedFunction:
-    """Import the function named by ``class_name`` from the code in ``py``.
-
-    ``class_name`` is ``module.Name`` or ``Name`` (in the module named after the file). When
-    omitted, the module's only ``pulsar.Function`` subclass, or else its ``process`` function,
-    is used.
-    """
+    """Import the function named by ``class_name`` from the code in ``py`` (see the module
+    docstring for the forms of ``class_name``)."""
     search_paths = code_search_paths(py, work_dir)
     if class_name and "." in class_name:
         target = load_attribute(class_name, search_paths)
         name = class_name.rsplit(".", 1)[1]
+    elif class_name and _is_module_in(class_name, search_paths):
+        target = _import(class_name, search_paths)
+        name = class_name
     else:
         module = _import(_module_name(py), search_paths)
         name = class_name or _default_entry_point(module)
         if not hasattr(module, name):
             raise FunctionLoadError(
-                f"module {module.__name__!r} has no class or function {name!r}; it defines: "
+                f"no module named {name!r} next to {Path(py).name}, and module "
+                f"{module.__name__!r} has no class or function {name!r}; it defines: "
                 f"{', '.join(_public_names(module)) or 'nothing public'}"
             )
         target = getattr(module, name)
     return _as_function(target, name, search_paths)
 
 
+def _is_module_in(name: str, search_paths: list[Path]) -> bool:
+    """Whether ``name`` is a module of the function's own code (not one installed)."""
+    return (
+        importlib.machinery.PathFinder.find_spec(name, [str(p) for p in search_paths]) is not None
+    )
+
+
 def load_attribute(dotted: str, search_paths: list[Path]) -> Any:
-    """``package.module.Name`` -> the object, importing from ``search_paths`` first."""
+    """``package.module.Name`` -> the object (a module too), importing from
+    ``search_paths`` first."""
     module_name, _, attribute = dotted.rpartition(".")
     if not module_name:
         raise FunctionLoadError(f"{dotted!r} must be a dotted name such as module.ClassName")
@@ -103,10 +122,13 @@ def load_attribute(dotted: str, search_paths: list[Path]) -> Any:
     try:
         return getattr(module, attribute)
     except AttributeError:
-        raise FunctionLoadError(
-            f"module {module_name!r} has no class or function {attribute!r}; it defines: "
-            f"{', '.join(_public_names(module)) or 'nothing public'}"
-        ) from None
+        pass
+    if hasattr(module, "__path__") and importlib.util.find_spec(dotted) is not None:
+        return _import(dotted, search_paths)  # package.module: the submodule itself
+    raise FunctionLoadError(
+        f"module {module_name!r} has no class or function {attribute!r}; it defines: "
+        f"{', '.join(_public_names(module)) or 'nothing public'}"
+    )
 
 
 def _import(module_name: str, search_paths: list[Path]) -> Any:
@@ -166,7 +188,14 @@ def _default_entry_point(module: Any) -> str:
 
 
 def _as_function(target: Any, name: str, search_paths: list[Path]) -> LoadedFunction:
-    if inspect.isclass(target):
+    if inspect.ismodule(target):
+        process = getattr(target, "process", None)
+        if not callable(process):
+            raise FunctionLoadError(
+                f"module {name!r} has no process function: define def process(input) in it, "
+                "or name a class with --classname module.ClassName"
+            )
+    elif inspect.isclass(target):
         if not callable(getattr(target, "process", None)):
             raise FunctionLoadError(f"class {name!r} has no process(self, input, context) method")
         try:
@@ -179,20 +208,35 @@ def _as_function(target: Any, name: str, search_paths: list[Path]) -> LoadedFunc
     elif callable(target):
         process = target
     else:
-        raise FunctionLoadError(f"{name!r} is neither a class nor a function")
+        raise FunctionLoadError(f"{name!r} is neither a class, a module nor a function")
     return LoadedFunction(process, _takes_context(process, name), name, search_paths)
 
 
 def _takes_context(process: Callable[..., Any], name: str) -> bool:
+    """Whether ``process`` is called with the context: it must take the input, and may take
+    the context after it; more required parameters cannot be given."""
     try:
-        parameters = inspect.signature(process).parameters.values()
+        parameters = list(inspect.signature(process).parameters.values())
     except (TypeError, ValueError):
         return True
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.kind is p.VAR_POSITIONAL for p in parameters) or len(positional) >= 2:
+    required = [p for p in positional if p.default is p.empty]
+    required_keywords = [
+        p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+    ]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    if len(required) > 2 or required_keywords:
+        extra = [p.name for p in required[2:]] + required_keywords
+        raise FunctionLoadError(
+            f"the process of {name!r} has too many parameters: it is called as "
+            f"process(input) or process(input, context), so {', '.join(extra)} would have "
+            "no value"
+        )
+    if variadic or len(positional) >= 2:
         return True
     if len(positional) == 1:
         return False
     raise FunctionLoadError(
-        f"{name!r} must accept the input: process(input) or process(self, input, context)"
+        f"the process of {name!r} takes no input: write process(input) or "
+        "process(self, input, context)"
     )

@@ -21,11 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.broker_probe import check_broker
+from magnetar.client import Connection
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.loader import load_function
 from magnetar.instance.metrics import MetricsSnapshot
-from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
+from magnetar.instance.process import (
+    InstanceExit,
+    InstanceProcessSpec,
+    run_instance_process,
+    signals_blocked,
+)
+from magnetar.instance.secrets import load_secrets_provider
 from magnetar.statestore import StateOptions, instance_state_dir
 
 __all__ = ["LocalRun"]
@@ -45,11 +52,19 @@ class LocalRun:
         on_metrics: Callable[[dict[int, MetricsSnapshot]], None] | None = None,
         report_interval_s: float = 5.0,
         state_dir: Path | None = None,
+        connection: Connection | None = None,
+        secrets_provider: tuple[str | None, Any] = (None, None),
+        instance_id_offset: int = 0,
     ) -> None:
         """``state_dir``: where the instances keep their state databases (a directory per
-        instance); None runs them without a state store."""
+        instance), None runs them without a state store; ``secrets_provider``: its class
+        name and the config its ``init`` is given; instance ids start at
+        ``instance_id_offset``."""
         self.config = config
         self.broker_url = broker_url
+        self._connection = connection
+        self._secrets_provider = secrets_provider
+        self._instance_ids = range(instance_id_offset, instance_id_offset + config.parallelism)
         self._on_metrics = on_metrics
         self._report_interval_s = report_interval_s
         self._state_dir = state_dir
@@ -71,7 +86,8 @@ class LocalRun:
                 "no function code: pass --py FILE (a .py file or a .zip) or --js FILE"
             )
         else:
-            load_function(self.config.py, self.config.class_name)
+            function = load_function(self.config.py, self.config.class_name)
+            load_secrets_provider(*self._secrets_provider, function.search_paths)
         try:
             check_broker(self.broker_url)
         except ValueError as error:
@@ -90,17 +106,26 @@ class LocalRun:
         reports = context.Queue()
         config_json = self.config.model_dump_json(by_alias=True, exclude_none=True)
         level = logging.getLogger().getEffectiveLevel()
-        for instance_id in range(self.config.parallelism):
-            spec = InstanceProcessSpec(
-                config_json, self.broker_url, instance_id, level, state=self._state(instance_id)
-            )
-            child = context.Process(
-                target=run_instance_process,
-                args=(spec, reports),
-                name=f"{self.config.fqfn}:{instance_id}",
-            )
-            child.start()
-            self._processes[instance_id] = child
+        classname, provider_config = self._secrets_provider
+        with signals_blocked():  # a Ctrl-C now waits until the children can take it
+            for instance_id in self._instance_ids:
+                spec = InstanceProcessSpec(
+                    config_json,
+                    self.broker_url,
+                    instance_id,
+                    level,
+                    state=self._state(instance_id),
+                    connection=self._connection,
+                    secrets_provider_classname=classname,
+                    secrets_provider_config=provider_config,
+                )
+                child = context.Process(
+                    target=run_instance_process,
+                    args=(spec, reports),
+                    name=f"{self.config.fqfn}:{instance_id}",
+                )
+                child.start()
+                self._processes[instance_id] = child
         exited: set[int] = set()
         next_report = time.monotonic() + self._report_interval_s
         stop_sent_at: float | None = None

@@ -19,6 +19,13 @@ __all__ = ["INPUT_MSG_ID", "INPUT_TOPIC", "Outputs"]
 
 log = logging.getLogger(__name__)
 
+_COMPRESSION = {
+    "NONE": pulsar.CompressionType.NONE,
+    "LZ4": pulsar.CompressionType.LZ4,
+    "ZLIB": pulsar.CompressionType.ZLib,
+    "ZSTD": pulsar.CompressionType.ZSTD,
+    "SNAPPY": pulsar.CompressionType.SNAPPY,
+}
 INPUT_TOPIC = "__pfn_input_topic__"
 INPUT_MSG_ID = "__pfn_input_msg_id__"
 
@@ -34,23 +41,27 @@ class Outputs:
         self._forward_properties = config.forward_source_message_property
         self._sequence_ids = config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
         self._producers: dict[str, Any] = {}
-        self.output: Any = self.producer(config.output) if config.output else None
+        self.output: Any = (
+            self.producer(config.output, **_output_settings(config)) if config.output else None
+        )
         """The output topic's producer; None when the function has no output."""
 
-    def producer(self, topic: str) -> Any:
+    def producer(self, topic: str, **settings: Any) -> Any:
         """The producer for ``topic`` (a short or full name)."""
         full = full_topic_name(topic)
         producer = self._producers.get(full)
         if producer is None:
+            options = self._options
+            kwargs: dict[str, Any] = {
+                "batching_enabled": True,
+                "batching_max_publish_delay_ms": options.batching_max_publish_delay_ms,
+                "block_if_queue_full": True,
+                "max_pending_messages": 2 * options.max_unacked,
+                "send_timeout_millis": options.send_timeout_ms,
+                **settings,
+            }
             try:
-                producer = self._client.create_producer(
-                    full,
-                    batching_enabled=True,
-                    batching_max_publish_delay_ms=self._options.batching_max_publish_delay_ms,
-                    block_if_queue_full=True,
-                    max_pending_messages=2 * self._options.max_unacked,
-                    send_timeout_millis=self._options.send_timeout_ms,
-                )
+                producer = self._client.create_producer(full, **kwargs)
             except Exception as error:
                 raise InstanceError(f"cannot create a producer on {full}: {error}") from error
             self._producers[full] = producer
@@ -88,3 +99,17 @@ class Outputs:
             except Exception as error:
                 log.debug("closing a producer failed: %s", error)
         self._producers.clear()
+
+
+def _output_settings(config: FunctionConfig) -> dict[str, Any]:
+    """The output producer's settings from ``producerConfig`` and ``batchBuilder``."""
+    spec = config.producer_config
+    settings: dict[str, Any] = {}
+    builder = (spec.batch_builder if spec else None) or config.batch_builder
+    if builder and builder.upper() == "KEY_BASED":
+        settings["batching_type"] = pulsar.BatchingType.KeyBased
+    if spec is not None and spec.compression_type:
+        settings["compression_type"] = _COMPRESSION[spec.compression_type.upper()]
+    if spec is not None and spec.max_pending_messages:
+        settings["max_pending_messages"] = spec.max_pending_messages
+    return settings

@@ -2,21 +2,30 @@
 runtime start, and what it reports back.
 
 Running on the process's main thread lets ``timeoutMs`` interrupt a runaway invocation;
-SIGTERM and SIGINT stop the instance gracefully. Reports go through a multiprocessing queue:
-a ``MetricsSnapshot`` every ``metrics_interval_s`` and an ``InstanceExit`` last.
+SIGTERM and SIGINT stop the instance gracefully. The parent starts the process with both
+signals blocked (see ``signals_blocked``), so one that arrives while the interpreter is still
+starting waits, instead of killing the process or raising KeyboardInterrupt in an import, and
+is handled once the handlers are in place. Reports go through a multiprocessing queue: a
+``MetricsSnapshot`` every ``metrics_interval_s`` and an ``InstanceExit`` last.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from magnetar.client import Connection
     from magnetar.statestore import StateOptions
 
-__all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process"]
+__all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process", "signals_blocked"]
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,12 @@ class InstanceProcessSpec:
     """How often a MetricsSnapshot is reported."""
     state: StateOptions | None = None
     """Where the instance keeps its state; None runs it without a state store."""
+    connection: Connection | None = None
+    """How the client authenticates and secures its connection."""
+    secrets_provider_classname: str | None = None
+    """The secrets provider (Apache's default when None)."""
+    secrets_provider_config: Any = None
+    """What the secrets provider's ``init`` is given."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +64,31 @@ class InstanceExit:
     error: str
 
 
+@contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Block SIGINT and SIGTERM while processes are started: they inherit the mask, and this
+    process handles what arrived meanwhile when it ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
     """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue."""
+    stopping = threading.Event()
+    instance: Any = None
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+        if instance is not None:
+            instance.stop(drain=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # what waited is handled now
+
     from magnetar.client import create_client
     from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
@@ -59,38 +97,38 @@ def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
         level=spec.log_level,
         format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
     )
-    config = FunctionConfig.model_validate_json(spec.config_json)
-    client = create_client(spec.broker_url)
-    options = InstanceOptions(
-        instance_id=spec.instance_id,
-        metrics_interval_s=spec.metrics_interval_s,
-        worker_id=spec.worker_id,
-        function_version=spec.function_version,
-    )
-    state = None
-    if spec.state is not None:
-        from magnetar.statestore import JournaledStateStore
-
-        state = JournaledStateStore(
-            client,
-            config.fqfn,
-            spec.state,
-            effectively_once=config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE,
-        )
-    instance = FunctionInstance(config, client, options, state=state, on_metrics=reports.put)
-
-    def stop(signum: int, frame: Any) -> None:
-        instance.stop(drain=True)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     error = ""
+    client = state = None
     try:
-        instance.run()
+        config = FunctionConfig.model_validate_json(spec.config_json)
+        client = create_client(spec.broker_url, connection=spec.connection)
+        options = InstanceOptions(
+            instance_id=spec.instance_id,
+            metrics_interval_s=spec.metrics_interval_s,
+            worker_id=spec.worker_id,
+            function_version=spec.function_version,
+            secrets_provider_classname=spec.secrets_provider_classname,
+            secrets_provider_config=spec.secrets_provider_config,
+        )
+        if spec.state is not None:
+            from magnetar.statestore import JournaledStateStore
+
+            state = JournaledStateStore(
+                client,
+                config.fqfn,
+                spec.state,
+                effectively_once=(
+                    config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+                ),
+            )
+        instance = FunctionInstance(config, client, options, state=state, on_metrics=reports.put)
+        if not stopping.is_set():  # a stop that came during start-up ends it here
+            instance.run()
     except Exception as failure:
         error = f"{type(failure).__name__}: {failure}"
     finally:
         if state is not None:
             state.close()
-        client.close()
+        if client is not None:
+            client.close()
         reports.put(InstanceExit(spec.instance_id, error))

@@ -270,7 +270,8 @@ def test_unknown_class_without_module_lists_what_the_module_defines(tmp_path: Pa
     message = load_error(path, "Gamma")
 
     assert message == (
-        f"module {path.stem!r} has no class or function 'Gamma'; it defines: Beta, alpha"
+        f"no module named 'Gamma' next to {path.name}, and module {path.stem!r} has no class "
+        "or function 'Gamma'; it defines: Beta, alpha"
     )
 
 
@@ -298,18 +299,83 @@ def test_class_whose_constructor_fails(tmp_path: Path) -> None:
 
 def test_name_that_is_not_callable(tmp_path: Path) -> None:
     path = write_module(tmp_path, "VERSION = '1.0'\n")
-    assert load_error(path, "VERSION") == "'VERSION' is neither a class nor a function"
+    assert load_error(path, "VERSION") == "'VERSION' is neither a class, a module nor a function"
 
 
 def test_process_that_takes_no_input(tmp_path: Path) -> None:
     path = write_module(tmp_path, "def process():\n    return 1\n")
     message = load_error(path)
-    assert "'process' must accept the input" in message
+    assert message == (
+        "the process of 'process' takes no input: write process(input) or "
+        "process(self, input, context)"
+    )
 
 
 def test_module_with_nothing_to_run(tmp_path: Path) -> None:
     path = write_module(tmp_path, "X = 1\n")
     assert "cannot tell which function to run" in load_error(path)
+
+
+# --- Apache Pulsar's class name forms ---------------------------------------------------
+
+
+def test_a_name_without_a_dot_is_the_module_whose_process_runs(tmp_path: Path) -> None:
+    # Apache's native_exclamation_function / pure_python_function_exclamation convention
+    path = write_module(tmp_path, "def process(input):\n    return input + '!'\n")
+
+    loaded = load_function(path, path.stem)
+
+    assert loaded.process("hi") == "hi!"
+    assert not loaded.takes_context
+
+
+def test_the_module_form_wins_over_a_class_of_the_same_module(tmp_path: Path) -> None:
+    path = write_module(
+        tmp_path,
+        "from pulsar import Function\n\n"
+        "class Loud(Function):\n    def process(self, input, context):\n        return 'class'\n\n"
+        "def process(input):\n    return 'module'\n",
+    )
+
+    assert load_function(path, path.stem).process("x") == "module"
+
+
+def test_a_module_without_process(tmp_path: Path) -> None:
+    path = write_module(tmp_path, "def handle(input):\n    return input\n")
+
+    assert load_error(path, path.stem) == (
+        f"module {path.stem!r} has no process function: define def process(input) in it, "
+        "or name a class with --classname module.ClassName"
+    )
+
+
+def test_package_module_class_and_package_module(tmp_path: Path) -> None:
+    package = unique("pkg")
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "handlers.py").write_text(
+        "from pulsar import Function\n\n"
+        "class Upper(Function):\n    def process(self, input, context):\n"
+        "        return input.upper()\n\n"
+        "def process(input):\n    return input[::-1]\n"
+    )
+    entry = tmp_path / "main.py"
+    entry.write_text("")
+
+    assert load_function(entry, f"{package}.handlers.Upper").process("ab", None) == "AB"
+    assert load_function(entry, f"{package}.handlers").process("ab") == "ba"
+
+
+def test_a_process_with_too_many_parameters(tmp_path: Path) -> None:
+    path = write_module(
+        tmp_path,
+        "class Greedy:\n    def process(self, input, context, extra):\n        return input\n",
+    )
+
+    assert load_error(path, f"{path.stem}.Greedy") == (
+        "the process of 'Greedy' has too many parameters: it is called as process(input) or "
+        "process(input, context), so extra would have no value"
+    )
 
 
 # --- zip packages --------------------------------------------------------------------------
