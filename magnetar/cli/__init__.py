@@ -1,5 +1,18 @@
 """The `magnetar` command line (click)."""
 
-from magnetar.cli.app import CliContext, main
+import signal
+from types import FrameType
+
+
+def _stop_quietly(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C (or SIGTERM) while the command line is still starting: nothing has begun, so
+    there is nothing to finish or report; ``main`` puts the usual handling back."""
+    raise SystemExit(0)
+
+
+signal.signal(signal.SIGINT, _stop_quietly)
+signal.signal(signal.SIGTERM, _stop_quietly)
+
+from magnetar.cli.app import CliContext, main  # noqa: E402 -- after the handlers, on purpose
 
 __all__ = ["CliContext", "main"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 import click
@@ -68,6 +69,8 @@ def main(
     output_format: str,
 ) -> None:
     """Magnetar: run Apache Pulsar Functions from Python."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # see magnetar.cli
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     ctx.obj = CliContext(admin_url, broker_url, auth_token, output_format)
 
 

@@ -14,6 +14,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from magnetar.exceptions import MagnetarError
 
 if TYPE_CHECKING:
     from magnetar.cli.app import CliContext
+    from magnetar.client import Connection
     from magnetar.instance.config import FunctionConfig
     from magnetar.instance.localrun import LocalRun
     from magnetar.instance.metrics import MetricsSnapshot
@@ -175,50 +177,78 @@ def localrun(
       magnetar functions localrun --py examples/exclamation.py \\
           --classname exclamation.ExclamationFunction --inputs in --output out
     """
-    from magnetar.client import Connection
-    from magnetar.instance.localrun import LocalRun
-
-    for flag, note in _NOT_USED.items():
-        if flags.pop(flag, None) is not None:
-            click.echo(f"note: {note}; accepted and not used", err=True)
-    config = _config(tenant, namespace, name, fqfn, function_config_file, flags)
-    provider_config = _json(secrets_provider_config, "--secrets-provider-config")
-    connection = Connection(
-        client_auth_plugin,
-        client_auth_params,
-        use_tls,
-        tls_allow_insecure,
-        hostname_verification_enabled,
-        tls_trust_cert_path,
-    )
-    broker_url = broker_service_url or obj.broker_url
-    json_output = obj.output == "json"
     try:
-        with (
-            _interrupted_by_signals(),
-            _broker(broker_url, data_dir) as service_url,
-            _state_dir(state_dir, broker_url, data_dir) as state_path,
-        ):
-            run = LocalRun(
-                config,
-                service_url,
-                on_metrics=_Progress(json_output),
-                report_interval_s=status_interval,
-                state_dir=state_path,
-                connection=connection,
-                secrets_provider=(secrets_provider_classname, provider_config),
-                instance_id_offset=instance_id_offset,
+        with _interrupted_by_signals():
+            from magnetar.client import Connection  # pulsar loads only when a command needs it
+
+            code = _start(
+                obj,
+                _config(tenant, namespace, name, fqfn, function_config_file, flags),
+                broker_service_url or obj.broker_url,
+                LocalRunSettings(
+                    Connection(
+                        client_auth_plugin,
+                        client_auth_params,
+                        use_tls,
+                        tls_allow_insecure,
+                        hostname_verification_enabled,
+                        tls_trust_cert_path,
+                    ),
+                    (
+                        secrets_provider_classname,
+                        _json(secrets_provider_config, "--secrets-provider-config"),
+                    ),
+                    instance_id_offset,
+                    data_dir,
+                    state_dir,
+                    status_interval,
+                ),
             )
-            try:
-                run.check()
-            except MagnetarError as error:
-                raise click.ClickException(str(error)) from None
-            code = _run(run, config, service_url, json_output)
     except KeyboardInterrupt:  # before the instances ran: nothing to finish
         click.echo("Stopped before the function started", err=True)
         return
     if code:
         raise SystemExit(code)
+
+
+@dataclass(frozen=True)
+class LocalRunSettings:
+    """The localrun flags beyond the function's config."""
+
+    connection: Connection
+    secrets_provider: tuple[str | None, Any]
+    instance_id_offset: int
+    data_dir: str | None
+    state_dir: str | None
+    status_interval: float
+
+
+def _start(
+    obj: CliContext, config: FunctionConfig, broker_url: str | None, settings: LocalRunSettings
+) -> int:
+    """Start the broker (without a URL), check the code, run; the exit code."""
+    from magnetar.instance.localrun import LocalRun
+
+    json_output = obj.output == "json"
+    with (
+        _broker(broker_url, settings.data_dir) as service_url,
+        _state_dir(settings.state_dir, broker_url, settings.data_dir) as state_path,
+    ):
+        run = LocalRun(
+            config,
+            service_url,
+            on_metrics=_Progress(json_output),
+            report_interval_s=settings.status_interval,
+            state_dir=state_path,
+            connection=settings.connection,
+            secrets_provider=settings.secrets_provider,
+            instance_id_offset=settings.instance_id_offset,
+        )
+        try:
+            run.check()
+        except MagnetarError as error:
+            raise click.ClickException(str(error)) from None
+        return _run(run, config, service_url, json_output)
 
 
 def _config(
@@ -230,6 +260,10 @@ def _config(
     flags: dict[str, Any],
 ) -> FunctionConfig:
     from magnetar.cli.function_flags import with_default_name
+
+    for flag, note in _NOT_USED.items():
+        if flags.pop(flag, None) is not None:
+            click.echo(f"note: {note}; accepted and not used", err=True)
 
     given: tuple[str | None, ...] = (tenant, namespace, name)
     if fqfn:

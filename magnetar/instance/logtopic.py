@@ -8,11 +8,18 @@ from typing import Any
 
 from magnetar.instance.config import FunctionConfig
 
-__all__ = ["LogTopicHandler", "function_logger"]
+__all__ = ["APACHE_DATE_FORMAT", "APACHE_FORMAT", "LogTopicHandler", "function_logger"]
+
+
+APACHE_FORMAT = "[%(asctime)s] [%(levelname)s]: %(message)s"
+"""The line Apache Pulsar's Python runtime writes to a log topic."""
+APACHE_DATE_FORMAT = "%Y-%m-%d %H:%M:%S %z"
 
 
 class LogTopicHandler(logging.Handler):
-    """Publishes each record's text to a topic, with the function and level as properties.
+    """Publishes each record to a topic as Apache Pulsar's Python runtime does (UTF-8 text,
+    ``[time] [LEVEL]: message``, a traceback after it), with the properties Pulsar's Java
+    runtime adds (``fqn``, ``instance``, ``loglevel``).
 
     Best effort: a log line that cannot be sent is dropped rather than stalling the
     function, and the handler never raises into user code.
@@ -21,8 +28,8 @@ class LogTopicHandler(logging.Handler):
     def __init__(self, producer: Any, fqfn: str, instance_id: int) -> None:
         super().__init__()
         self._producer = producer
-        self._properties = {"function": fqfn, "instance": str(instance_id)}
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._properties = {"fqn": fqfn, "instance": str(instance_id)}
+        self.setFormatter(logging.Formatter(APACHE_FORMAT, APACHE_DATE_FORMAT))
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -150,8 +151,13 @@ def test_logs_go_to_the_log_topic(
     lines = values(logs)
     assert len(lines) == 3
     assert "got fine from persistent://public/default/" in lines[0]
-    assert "a dangerous input: danger!" in lines[2]
+    # Apache's Python runtime format: [2026-11-25 03:26:45 +0000] [WARNING]: message
+    assert re.fullmatch(
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\] \[WARNING\]: a dangerous input: danger!",
+        lines[2],
+    )
     assert logs[2].properties()["loglevel"] == "WARNING"
+    assert logs[2].properties()["fqn"].startswith("public/default/")
 
 
 def test_user_exception_is_counted_and_the_instance_goes_on(

@@ -316,8 +316,10 @@ def test_second_ctrl_c_kills_a_function_stuck_in_user_code(
         topic,
         "--subs-position",
         "Earliest",
+        "--status-interval",
+        "0.2",
     )
-    run.wait_for_stderr("Running")
+    run.wait_for_stderr(r"\n\s*0\s+yes\s")  # the instance runs (and can get stuck)
     produce(client, topic, ["hang"])
     time.sleep(1.0)
     run.process.send_signal(signal.SIGINT)
@@ -327,3 +329,36 @@ def test_second_ctrl_c_kills_a_function_stuck_in_user_code(
     assert time.monotonic() - started < 10
     assert code == 1
     assert "instance 0 failed" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("delay_s", "embedded"),
+    [(0.2, False), (0.7, False), (1.5, False), (3.0, False), (0.4, True), (1.8, True)],
+)
+def test_ctrl_c_at_any_moment_stops_cleanly(
+    localrun,  # type: ignore[no-untyped-def]
+    cli_env: dict[str, str],
+    topic: str,
+    delay_s: float,
+    embedded: bool,
+) -> None:
+    env = dict(cli_env)
+    if embedded:
+        env.pop("MAGNETAR_BROKER_URL")
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--classname",
+        "exclamation.ExclamationFunction",
+        "--inputs",
+        topic,
+        "--parallelism",
+        "2",
+        env=env,
+    )
+    time.sleep(delay_s)
+    started = time.monotonic()
+    code, _ = run.interrupt(signal.SIGINT, timeout=30)
+    assert time.monotonic() - started < 15
+    assert code == 0, run.stderr
+    assert "Traceback" not in run.stderr and "KeyboardInterrupt" not in run.stderr, run.stderr
