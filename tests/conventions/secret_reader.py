@@ -5,4 +5,4 @@ from pulsar import Function
 
 class Secret(Function):
     def process(self, input, context):
-        return "%s!" % context.get_secret("username")
+        return f"{context.get_secret('username')}!"
