@@ -42,6 +42,8 @@ class Inputs:
         self._handed_back: deque[Received] = deque()
         self.rewind_requested = False
         """A failed send on an ordered subscription: resubscribe before going on."""
+        self._skip_before_ms = 0
+        """``skipToLatest``: messages published before the instance started are skipped."""
 
     def subscribe(self) -> None:
         self.consumers = open_consumers(
@@ -49,9 +51,10 @@ class Inputs:
         )
         for topic in self._config.input_serdes():
             self._consumer_by_topic[topic] = self.consumers[0]
-        if self._config.skip_to_latest:  # what arrived while no instance ran is skipped
-            for consumer in self.consumers:
-                consumer.seek(pulsar.MessageId.latest)
+        if self._config.skip_to_latest:
+            # Skipped by publish time as they arrive: brokers differ in what seek() does
+            # (pulsar-lite ignores a time), and a skipped message costs no more than its ack.
+            self._skip_before_ms = int(time.time() * 1000)
 
     def receive(self, waiting_for_sends: bool) -> list[Received]:
         """Up to ``max_chunk`` messages: what was handed back, the retries that are due,
@@ -79,7 +82,18 @@ class Inputs:
             except pulsar.AlreadyClosed:
                 if not self._stop.is_set():
                     raise
+        if self._skip_before_ms:
+            return self._skip_old(received)
         return received
+
+    def _skip_old(self, received: list[Received]) -> list[Received]:
+        kept = []
+        for consumer, message in received:
+            if message.publish_timestamp() < self._skip_before_ms:
+                consumer.acknowledge(message)
+            else:
+                kept.append((consumer, message))
+        return kept
 
     def prefetched(self, budget: int) -> list[Received]:
         """What the consumers already hold, without waiting (on a graceful stop)."""

@@ -456,3 +456,17 @@ def test_output_too_large_for_the_broker_is_dead_lettered_not_lost(
     assert values(collect(client, f"{topic}-dlq", 1, timeout=20)) == ["x"]
     wait_for(lambda: instance.metrics.system_exceptions >= 2)
     assert "MessageTooBig" in instance.snapshot().latest_system_exceptions[0].exception_string
+
+
+def test_skip_to_latest_skips_what_arrived_before_the_start(
+    client: pulsar.Client, run_function: RunFunction, topic: str
+) -> None:
+    produce(client, topic, ["old-1", "old-2"])
+    run_function(
+        "exclamation.py",
+        inputs=[topic],
+        output=f"{topic}-out",
+        skip_to_latest=True,
+    )
+    produce(client, topic, ["new"])
+    assert values(collect(client, f"{topic}-out", 1)) == ["new!"]

@@ -362,3 +362,71 @@ def test_ctrl_c_at_any_moment_stops_cleanly(
     assert time.monotonic() - started < 15
     assert code == 0, run.stderr
     assert "Traceback" not in run.stderr and "KeyboardInterrupt" not in run.stderr, run.stderr
+
+
+def test_pulsar_admin_flags_and_their_deprecated_spellings(
+    localrun,  # type: ignore[no-untyped-def]
+    client: pulsar.Client,
+    cli_env: dict[str, str],
+    broker_url: str,
+    topic: str,
+    tmp_path: Path,
+) -> None:
+    """A command line written for `pulsar-admin functions localrun`, camelCase flags and all."""
+    source = tmp_path / "who.py"
+    source.write_text(
+        "def process(input, context):\n"
+        "    return f\"{input}:{context.get_secret('TOKEN_NAME')}:{context.get_instance_id()}\"\n"
+    )
+    env = {k: v for k, v in cli_env.items() if k != "MAGNETAR_BROKER_URL"}
+    env["TOKEN_NAME"] = "from-env"
+    run = localrun(
+        "--brokerServiceUrl",
+        broker_url,
+        "--fqfn",
+        "public/default/who",
+        "--py",
+        str(source),
+        "--className",
+        "who",
+        "--input-specs",
+        json.dumps({topic: {"receiverQueueSize": 10}}),
+        "--output",
+        f"{topic}-out",
+        "--processingGuarantees",
+        "ATLEAST_ONCE",
+        "--subs-position",
+        "Earliest",
+        "--secrets",
+        '{"TOKEN_NAME": "ignored by the environment provider"}',
+        "--secrets-provider-classname",
+        "secretsprovider.EnvironmentBasedSecretsProvider",
+        "--instance-id-offset",
+        "5",
+        "--cleanup-subscription",
+        "false",
+        "--web-service-url",
+        "http://127.0.0.1:1",
+        env=env,
+    )
+    run.wait_for_stderr("Running public/default/who")
+    assert "--web-service-url: a Python function has no admin client" in run.stderr
+    produce(client, topic, ["x"])
+    assert values(collect(client, f"{topic}-out", 1)) == ["x:from-env:5"]
+    assert run.interrupt()[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--jar", "fn.jar"], "jar is set, but Magnetar runs Python (py) and JavaScript (js)"),
+        (["--windowLengthCount", "10"], "window functions are not supported yet"),
+        (["--producer-config", '{"compressionType": "BROTLI"}'], "must be one of NONE, LZ4"),
+    ],
+)
+def test_flags_magnetar_cannot_honour_are_refused_with_the_reason(
+    cli_env: dict[str, str], topic: str, args: list[str], expected: str
+) -> None:
+    result = run_cli(["--py", str(EXAMPLES / "exclamation.py"), "--inputs", topic, *args], cli_env)
+    assert result.returncode == 1
+    assert expected in result.stderr, result.stderr
