@@ -62,19 +62,24 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--custom-schema-inputs",
-            help="JSON map of input topic to schema (kept; the Python runtime uses SerDes).",
+            help="JSON map of input topic to schema type (STRING, BYTES, JSON, AVRO).",
         ),
         click.option(
             "--custom-schema-outputs", help="JSON map of topic to schema (kept, Java only)."
         ),
-        click.option("--input-type-class-name", help="Kept, Java only."),
+        click.option(
+            "--input-type-class-name",
+            help="module.Record class a JSON or AVRO input is decoded into.",
+        ),
         click.option("-o", "--output", help="Output topic."),
-        click.option("--output-type-class-name", help="Kept, Java only."),
+        click.option(
+            "--output-type-class-name", help="module.Record class of a JSON or AVRO output."
+        ),
         click.option(
             "-st",
             "--schema-type",
             "output_schema_type",
-            help="Output schema type (kept; the Python runtime uses the output SerDe).",
+            help="Output schema type (STRING, BYTES, JSON, AVRO), registered on the topic.",
         ),
         click.option(
             "--output-serde-classname",

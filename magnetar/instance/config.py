@@ -28,6 +28,7 @@ from magnetar.instance.exceptions import InvalidFunctionConfigError
 from magnetar.topics import base_topic, full_topic_name
 
 __all__ = [
+    "SCHEMA_TYPES",
     "ConsumerSpec",
     "FunctionConfig",
     "ProcessingGuarantees",
@@ -91,7 +92,8 @@ class ConsumerSpec(_Model):
     receiver_queue_size: int | None = Field(default=None, ge=1)
     """Prefetch depth of this input's consumer."""
     schema_type: str | None = None
-    """Accepted for compatibility; Magnetar reads payloads as bytes."""
+    """STRING, BYTES, JSON or AVRO: the input is decoded by this schema, JSON and AVRO into
+    the record class (``inputTypeClassName``, or the annotation of ``process``'s input)."""
     # Accepted and ignored, so a config exported from Pulsar parses.
     schema_properties: dict[str, Any] | None = None
     consumer_properties: dict[str, Any] | None = None
@@ -147,6 +149,16 @@ class FunctionConfig(_Model):
     """Topic the function's return values go to; none means results are dropped."""
     output_serde_class_name: str | None = None
     """SerDe class for the output; Pulsar's IdentitySerDe when unset."""
+    output_schema_type: str | None = None
+    """STRING, BYTES, JSON or AVRO: the output is encoded by this schema, which is registered
+    on the output topic (JSON and AVRO from the record class ``outputTypeClassName``, or the
+    annotation of what ``process`` returns)."""
+    custom_schema_inputs: dict[str, str] = Field(default_factory=dict)
+    """Input topic -> schema type, as ``inputSpecs[topic].schemaType``."""
+    input_type_class_name: str | None = None
+    """The ``pulsar.schema.Record`` class a JSON or AVRO input is decoded into."""
+    output_type_class_name: str | None = None
+    """The ``pulsar.schema.Record`` class of a JSON or AVRO output."""
     log_topic: str | None = None
     """Topic the function's log records are published to."""
     processing_guarantees: ProcessingGuarantees = ProcessingGuarantees.ATLEAST_ONCE
@@ -196,11 +208,7 @@ class FunctionConfig(_Model):
     max_pending_async_requests: int | None = None
     expose_pulsar_admin_client_enabled: bool | None = None
     custom_runtime_options: str | None = None
-    custom_schema_inputs: dict[str, str] | None = None
     custom_schema_outputs: dict[str, str] | None = None
-    input_type_class_name: str | None = None
-    output_type_class_name: str | None = None
-    output_schema_type: str | None = None
     window_config: dict[str, Any] | None = None
 
     @model_validator(mode="before")
@@ -262,8 +270,17 @@ class FunctionConfig(_Model):
             topics[full_topic_name(topic)] = serde
         for topic, spec in self.input_specs.items():
             if not spec.is_regex:
-                topics[full_topic_name(topic)] = spec.serde_class_name
+                full = full_topic_name(topic)
+                topics[full] = spec.serde_class_name or topics.get(full)
         return topics
+
+    def input_schemas(self) -> dict[str, str]:
+        """Input topic (full name) -> the schema type it is decoded with, where one is set."""
+        schemas = {full_topic_name(t): kind for t, kind in self.custom_schema_inputs.items()}
+        for topic, spec in self.input_specs.items():
+            if spec.schema_type and not spec.is_regex:
+                schemas[full_topic_name(topic)] = spec.schema_type
+        return schemas
 
     def input_patterns(self) -> list[str]:
         patterns = [self.topics_pattern] if self.topics_pattern else []
@@ -390,11 +407,45 @@ def _validate(config: FunctionConfig) -> None:
             "message on receipt; use MANUAL to acknowledge from the function"
         )
     _validate_producer(config)
+    _validate_schemas(config)
     _validate_code(config)
 
 
 _COMPRESSION_TYPES = ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")
 _BATCH_BUILDERS = ("DEFAULT", "KEY_BASED")
+
+
+SCHEMA_TYPES = ("STRING", "BYTES", "JSON", "AVRO")
+"""The schema types a function's inputs and output may have (those of pulsar-client)."""
+
+
+def _validate_schemas(config: FunctionConfig) -> None:
+    """Schemas are known types, and replace (rather than join) a SerDe."""
+    serdes = {topic: serde for topic, serde in config.input_serdes().items() if serde}
+    for topic, kind in config.input_schemas().items():
+        _check_schema_type(kind, f"the schema type of input {topic}")
+        if topic in serdes:
+            raise ValueError(
+                f"input {topic} has a SerDe ({serdes[topic]}) and a schema type ({kind}): "
+                "a message is decoded by one of them, so set only one"
+            )
+    if config.output_schema_type:
+        _check_schema_type(config.output_schema_type, "outputSchemaType")
+        if config.output_serde_class_name:
+            raise ValueError(
+                "outputSerdeClassName and outputSchemaType are both set: the output is encoded "
+                "by one of them, so set only one"
+            )
+    if config.is_javascript and (config.input_schemas() or config.output_schema_type):
+        raise ValueError(
+            "schemas are for Python functions; a JavaScript function reads and writes "
+            "'string' or 'json' (customSerdeInputs, outputSerdeClassName)"
+        )
+
+
+def _check_schema_type(kind: str, what: str) -> None:
+    if kind.upper() not in SCHEMA_TYPES:
+        raise ValueError(f"{what} is {kind!r}; it must be one of {', '.join(SCHEMA_TYPES)}")
 
 
 def _validate_producer(config: FunctionConfig) -> None:

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from magnetar.instance.outputs import Outputs
 from magnetar.instance.positions import RedeliveryFilter
 from magnetar.instance.python_runner import Acking, PythonRunner
 from magnetar.instance.retries import Ordering, Received, RetryQueue
+from magnetar.instance.schemas import input_schema_serdes, output_schema_serde
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
@@ -59,6 +60,20 @@ _ORDERING = {
     SubscriptionType.KEY_SHARED: Ordering.KEY,
     SubscriptionType.FAILOVER: Ordering.ALL,
 }
+
+
+@dataclass(frozen=True)
+class _PythonCode:
+    """A Python function and how its messages are read and written."""
+
+    function: LoadedFunction
+    paths: list[Path]
+    """Where its code is imported from."""
+    input_serdes: dict[str, SerDe]
+    """Input topic -> its SerDe (a schema's, where one is set)."""
+    output_serde: SerDe
+    output_schema: Any
+    """The schema the output producer declares, if the output has one."""
 
 
 class FunctionInstance:
@@ -184,9 +199,11 @@ class FunctionInstance:
         secrets = self._secrets_provider or load_secrets_provider(
             options.secrets_provider_classname,
             options.secrets_provider_config,
-            python[1] if python is not None else None,
+            python.paths if python is not None else None,
         )
-        outputs = self._outputs = Outputs(self._client, config, options)
+        outputs = self._outputs = Outputs(
+            self._client, config, options, python.output_schema if python else None
+        )
         logger = function_logger(config, options.instance_id, outputs.producer)
         failures = FailureHandler(
             self.metrics,
@@ -218,7 +235,6 @@ class FunctionInstance:
                 stop_on_error=ordering is not Ordering.NONE,
             )
         else:
-            function, paths, serdes = python
             context = self._context = InstanceContext(
                 config,
                 options.instance_id,
@@ -227,14 +243,14 @@ class FunctionInstance:
                 self._state,
                 secrets,
                 logger,
-                paths,
+                python.paths,
                 options.function_version,
             )
             self._runner = PythonRunner(
-                function,
-                serdes,
+                python.function,
+                python.input_serdes,
                 load_serde(None),
-                load_serde(config.output_serde_class_name, paths),
+                python.output_serde,
                 context,
                 outputs,
                 self._sender,
@@ -247,20 +263,29 @@ class FunctionInstance:
             )
         inputs.subscribe()
 
-    def _load_python(self) -> tuple[LoadedFunction, list[Path], dict[str, SerDe]]:
-        """The Python function, the paths its code is imported from, and its input SerDes."""
+    def _load_python(self) -> _PythonCode:
+        """The Python function, the paths its code is imported from, and its SerDes."""
         config = self.config
         if self._function is None:
             if not config.py:
                 raise InstanceError(f"function {config.fqfn} has no code: set py (--py)")
             self._function = load_function(config.py, config.class_name, self._work_dir)
-        paths = self._function.search_paths
+        function = self._function
+        paths = function.search_paths
         default = load_serde(None)
         serdes = {
             topic: load_serde(name, paths) if name else default
             for topic, name in config.input_serdes().items()
         }
-        return self._function, paths, serdes
+        serdes.update(input_schema_serdes(config, function, paths))
+        output = output_schema_serde(config, function, paths)
+        return _PythonCode(
+            function,
+            paths,
+            serdes,
+            output or load_serde(config.output_serde_class_name, paths),
+            output.producer_schema() if output else None,
+        )
 
     def _script_runner(
         self,

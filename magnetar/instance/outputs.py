@@ -34,15 +34,22 @@ class Outputs:
     """Producers by topic, created on first use."""
 
     def __init__(
-        self, client: pulsar.Client, config: FunctionConfig, options: InstanceOptions
+        self,
+        client: pulsar.Client,
+        config: FunctionConfig,
+        options: InstanceOptions,
+        output_schema: Any = None,
     ) -> None:
+        """``output_schema``: the schema the output producer declares (see ``schemas``)."""
         self._client = client
         self._options = options
         self._forward_properties = config.forward_source_message_property
         self._sequence_ids = config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
         self._producers: dict[str, Any] = {}
         self.output: Any = (
-            self.producer(config.output, **_output_settings(config)) if config.output else None
+            self.producer(config.output, **_output_settings(config, output_schema))
+            if config.output
+            else None
         )
         """The output topic's producer; None when the function has no output."""
 
@@ -101,10 +108,11 @@ class Outputs:
         self._producers.clear()
 
 
-def _output_settings(config: FunctionConfig) -> dict[str, Any]:
-    """The output producer's settings from ``producerConfig`` and ``batchBuilder``."""
+def _output_settings(config: FunctionConfig, schema: Any) -> dict[str, Any]:
+    """The output producer's settings from ``producerConfig``, ``batchBuilder`` and the
+    output's schema."""
     spec = config.producer_config
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = {"schema": schema} if schema is not None else {}
     builder = (spec.batch_builder if spec else None) or config.batch_builder
     if builder and builder.upper() == "KEY_BASED":
         settings["batching_type"] = pulsar.BatchingType.KeyBased
