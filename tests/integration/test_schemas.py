@@ -138,7 +138,7 @@ def test_a_message_that_does_not_fit_is_counted_and_dead_lettered(
 def test_schema_mistakes_are_refused_with_the_reason(
     client: pulsar.Client, topic: str, records: str
 ) -> None:
-    with pytest.raises(InvalidFunctionConfigError, match="has a SerDe .* and a schema type"):
+    with pytest.raises(InvalidFunctionConfigError, match=r"has a SerDe .* and a schema type"):
         FunctionConfig.parse(
             {
                 "name": "both",
