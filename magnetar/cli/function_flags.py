@@ -147,6 +147,11 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--dead-letter-topic", help="Topic for messages whose retries are used up."),
         click.option(
+            "--max-pending-async-requests",
+            type=click.IntRange(min=1),
+            help="Most invocations of an async def process in flight [default: 1000].",
+        ),
+        click.option(
             "--timeout-ms",
             "--timeoutMs",
             type=int,

@@ -193,6 +193,8 @@ class FunctionConfig(_Model):
     """Settings of the output producer (Pulsar's ``producerConfig``)."""
     batch_builder: str | None = None
     """How outputs are batched: DEFAULT, or KEY_BASED (one batch per key)."""
+    max_pending_async_requests: int | None = Field(default=None, ge=1)
+    """Most invocations of an ``async def process`` in flight at once (default 1000)."""
     skip_to_latest: bool | None = None
     """On every start of an instance, skip what arrived while it was not running."""
     jar: str | None = None
@@ -205,7 +207,6 @@ class FunctionConfig(_Model):
     # Kubernetes and process runtimes only (its Python runtime ignores them too).
     resources: dict[str, Any] | None = None
     runtime_flags: str | None = None
-    max_pending_async_requests: int | None = None
     expose_pulsar_admin_client_enabled: bool | None = None
     custom_runtime_options: str | None = None
     custom_schema_outputs: dict[str, str] | None = None

@@ -6,6 +6,7 @@ One Context per instance; the instance points it at the current message before e
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,16 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
         """Point the context at the message about to be processed."""
         self.message = message
         self.topic = topic
+
+    def for_invocation(
+        self, message: Any, topic: str, publisher: MessagePublisher, state: StateStore
+    ) -> InstanceContext:
+        """A context of its own for one invocation that runs beside others (an async
+        function's), publishing and keeping state through the given ones."""
+        context = copy.copy(self)
+        context.message, context.topic = message, topic
+        context._publisher, context._state = publisher, state
+        return context
 
     # --- the current message ------------------------------------------------------------
 

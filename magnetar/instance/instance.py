@@ -14,18 +14,19 @@ hop, lock or Python callback. ``FunctionInstance`` is the facade over the parts:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulsar
 
 from magnetar.instance.acknowledgement import Acknowledger
+from magnetar.instance.async_runner import DEFAULT_MAX_PENDING, AsyncRunner
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, SubscriptionType
 from magnetar.instance.context import InstanceContext
 from magnetar.instance.dead_letter import DeadLetters
@@ -39,16 +40,13 @@ from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
 from magnetar.instance.options import InstanceOptions
 from magnetar.instance.outputs import Outputs
 from magnetar.instance.positions import RedeliveryFilter
-from magnetar.instance.python_runner import Acking, PythonRunner
+from magnetar.instance.python_runner import PythonRunner
 from magnetar.instance.retries import Ordering, Received, RetryQueue
+from magnetar.instance.runner import Acking, Runner
 from magnetar.instance.schemas import input_schema_serdes, output_schema_serde
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
-
-if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
-    from magnetar.instance.javascript import ScriptExecutor
-    from magnetar.instance.script_runner import ScriptRunner
 
 __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 
@@ -116,7 +114,7 @@ class FunctionInstance:
         self._outputs: Outputs | None = None
         self._inputs: Inputs | None = None
         self._acknowledger: Acknowledger | None = None
-        self._script: ScriptExecutor | None = None
+        self._runner: Runner | None = None
         self._context: InstanceContext | None = None
         self.error: BaseException | None = None
 
@@ -224,7 +222,6 @@ class FunctionInstance:
             self._journal,
             redeliveries.retry if redeliveries is not None else None,
         )
-        self._runner: PythonRunner | ScriptRunner
         if python is None:
             self._runner = self._script_runner(
                 logger,
@@ -235,33 +232,52 @@ class FunctionInstance:
                 stop_on_error=ordering is not Ordering.NONE,
             )
         else:
-            context = self._context = InstanceContext(
-                config,
-                options.instance_id,
-                self,
-                self.metrics,
-                self._state,
-                secrets,
-                logger,
-                python.paths,
-                options.function_version,
-            )
-            self._runner = PythonRunner(
-                python.function,
-                python.input_serdes,
-                load_serde(None),
-                python.output_serde,
-                context,
-                outputs,
-                self._sender,
-                self.metrics,
-                retries,
-                failures,
-                self._journal,
+            self._runner = self._python_runner(python, logger, secrets, retries, failures, acking)
+        inputs.subscribe()
+
+    def _python_runner(
+        self,
+        python: _PythonCode,
+        logger: logging.Logger,
+        secrets: SecretsProvider,
+        retries: RetryQueue,
+        failures: FailureHandler,
+        acking: Acking,
+    ) -> Runner:
+        config, options = self.config, self.options
+        assert self._outputs is not None
+        context = self._context = InstanceContext(
+            config,
+            options.instance_id,
+            self,
+            self.metrics,
+            self._state,
+            secrets,
+            logger,
+            python.paths,
+            options.function_version,
+        )
+        common = (
+            python.function,
+            python.input_serdes,
+            load_serde(None),
+            python.output_serde,
+            context,
+            self._outputs,
+            self._sender,
+            self.metrics,
+            retries,
+            failures,
+        )
+        if inspect.iscoroutinefunction(python.function.process):
+            return AsyncRunner(
+                *common,
                 acking,
+                self,
+                config.max_pending_async_requests or DEFAULT_MAX_PENDING,
                 config.timeout_ms,
             )
-        inputs.subscribe()
+        return PythonRunner(*common, self._journal, acking, config.timeout_ms)
 
     def _load_python(self) -> _PythonCode:
         """The Python function, the paths its code is imported from, and its SerDes."""
@@ -295,12 +311,12 @@ class FunctionInstance:
         failures: FailureHandler,
         acking: Acking,
         stop_on_error: bool,
-    ) -> ScriptRunner:
+    ) -> Runner:
         from magnetar.instance.javascript import open_executor
         from magnetar.instance.script_runner import ScriptRunner
 
         assert self._outputs is not None
-        script = self._script = open_executor(
+        script = open_executor(
             self.config,
             self.options.instance_id,
             self._state,
@@ -324,23 +340,27 @@ class FunctionInstance:
 
     def _loop(self) -> None:
         assert self._inputs is not None and self._acknowledger is not None
-        runner = self._runner
-        timeouts = runner.timeouts() if isinstance(runner, PythonRunner) else nullcontext()
+        assert self._runner is not None
         try:
-            with timeouts:
-                self._process_until_stopped(self._inputs, self._acknowledger)
+            with self._runner.timeouts():
+                self._process_until_stopped(self._inputs, self._acknowledger, self._runner)
                 if self._drain:
                     self._process_prefetched()
+                    chunk = self._chunk = Chunk()
+                    self._runner.wait(chunk, self.options.drain_timeout_s)
+                    self._seal(chunk)
         finally:
             if self._drain:
                 self._finish_in_flight()
 
-    def _process_until_stopped(self, inputs: Inputs, acknowledger: Acknowledger) -> None:
+    def _process_until_stopped(
+        self, inputs: Inputs, acknowledger: Acknowledger, runner: Runner
+    ) -> None:
         options = self.options
         next_report = time.monotonic() + options.metrics_interval_s
         while not self._stop.is_set():
-            received = inputs.receive(waiting_for_sends=acknowledger.unacked > 0)
-            if received:
+            received = inputs.receive(waiting_for_sends=acknowledger.unacked > 0 or runner.busy)
+            if received or runner.busy:
                 self._process_chunk(received)
             acknowledger.acknowledge_completed()
             if inputs.rewind_requested:
@@ -355,9 +375,13 @@ class FunctionInstance:
                 next_report = time.monotonic() + options.metrics_interval_s
 
     def _process_chunk(self, received: list[Received]) -> None:
-        assert self._acknowledger is not None
+        assert self._acknowledger is not None and self._runner is not None
         chunk = self._chunk = Chunk()
         self._runner.run(chunk, received)
+        self._seal(chunk)
+
+    def _seal(self, chunk: Chunk) -> None:
+        assert self._acknowledger is not None
         if self._journal is not None:
             self._send_journal(chunk)
         self._acknowledger.seal(chunk)
@@ -400,8 +424,8 @@ class FunctionInstance:
             )
 
     def _close(self) -> None:
-        if self._script is not None:
-            self._script.close()
+        if self._runner is not None:
+            self._runner.close()
         if self._inputs is not None:
             self._inputs.close()
         if self._outputs is not None:

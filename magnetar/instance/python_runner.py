@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -23,25 +22,13 @@ from magnetar.instance.failures import FailureHandler
 from magnetar.instance.loader import LoadedFunction
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.outputs import Outputs
-from magnetar.instance.positions import RedeliveryFilter
 from magnetar.instance.retries import Received, RetryQueue
+from magnetar.instance.runner import Acking
 from magnetar.instance.serde import SerDe
 from magnetar.instance.state import JournaledState
 from magnetar.topics import base_topic
 
-__all__ = ["Acking", "PythonRunner"]
-
-
-@dataclass(frozen=True)
-class Acking:
-    """When inputs are acknowledged, from the processing guarantees."""
-
-    on_receipt: bool
-    """ATMOST_ONCE: on receipt, before processing."""
-    after_processing: bool
-    """ATLEAST_ONCE and EFFECTIVELY_ONCE with autoAck: once the outputs are persisted."""
-    redeliveries: RedeliveryFilter | None
-    """EFFECTIVELY_ONCE: skips inputs applied before."""
+__all__ = ["PythonRunner"]
 
 
 class PythonRunner:
@@ -78,6 +65,15 @@ class PythonRunner:
         self._timeout_ms = timeout_ms
         self._alarm_s = 0.0
         self._in_invocation = False
+
+    busy = False
+    """Nothing outlives a call of ``run``."""
+
+    def wait(self, chunk: Chunk, timeout_s: float) -> None:
+        """Nothing is in flight between chunks."""
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     @contextmanager
     def timeouts(self) -> Iterator[None]:

@@ -6,6 +6,7 @@ messages after it are handed back, to wait behind it."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from magnetar.instance.delivery import Chunk, ChunkSender
@@ -13,8 +14,8 @@ from magnetar.instance.failures import FailureHandler
 from magnetar.instance.inputs import Inputs
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.outputs import Outputs
-from magnetar.instance.python_runner import Acking
 from magnetar.instance.retries import Received
+from magnetar.instance.runner import Acking
 from magnetar.instance.state import JournaledState
 
 if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
@@ -46,6 +47,19 @@ class ScriptRunner:
         self._failures = failures
         self._journal = journal
         self._acking = acking
+
+    busy = False
+    """Nothing outlives a call of ``run``."""
+
+    def timeouts(self) -> AbstractContextManager[None]:
+        """V8 holds each call to ``timeoutMs`` itself."""
+        return nullcontext()
+
+    def wait(self, chunk: Chunk, timeout_s: float) -> None:
+        """Nothing is in flight between chunks."""
+
+    def close(self) -> None:
+        self._script.close()
 
     def run(self, chunk: Chunk, received: list[Received]) -> None:
         """Process ``received`` in order as part of ``chunk``."""

@@ -1,0 +1,267 @@
+"""Running an ``async def process`` concurrently: up to ``maxPendingAsyncRequests``
+invocations in flight on an event loop in a thread of its own, their results handled on the
+instance's thread in input order, so outputs keep the input order and an input is
+acknowledged only once its output is persisted, as for a plain function.
+
+Each invocation has a context of its own; its ``publish`` calls are sent, in order, when its
+result is handled, and state is not available to it (the state journal records one input's
+updates at a time). On an ordered subscription, a result that would overtake a failing input is
+dropped and its input waits behind the failing one, to run again after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.instance.context import InstanceContext
+from magnetar.instance.delivery import Chunk, ChunkSender
+from magnetar.instance.exceptions import InvocationTimeoutError, StateNotConfiguredError
+from magnetar.instance.failures import FailureHandler
+from magnetar.instance.loader import LoadedFunction
+from magnetar.instance.metrics import InstanceMetrics
+from magnetar.instance.outputs import Outputs
+from magnetar.instance.retries import Received, RetryQueue
+from magnetar.instance.runner import Acking
+from magnetar.instance.serde import SerDe
+from magnetar.topics import base_topic
+
+__all__ = ["DEFAULT_MAX_PENDING", "AsyncRunner"]
+
+DEFAULT_MAX_PENDING = 1000
+"""Pulsar's default ``maxPendingAsyncRequests``."""
+
+
+@dataclass
+class _Publishes:
+    """What one invocation published, sent when its result is handled."""
+
+    sends: list[tuple[str, bytes, dict[str, Any], Callable[[Any, Any], None] | None]] = field(
+        default_factory=list
+    )
+    acks: list[tuple[Any, str]] = field(default_factory=list)
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        message_conf: dict[str, Any],
+        callback: Callable[[Any, Any], None] | None,
+    ) -> None:
+        self.sends.append((topic, payload, message_conf, callback))
+
+    def ack(self, message_id: Any, topic: str) -> None:
+        self.acks.append((message_id, topic))
+
+
+class _NoState:
+    """The state of an async invocation: unavailable, saying why."""
+
+    def _fail(self) -> StateNotConfiguredError:
+        return StateNotConfiguredError(
+            "state is not available to an async process: the journal records the updates of "
+            "one input at a time; keep state in a plain (def) process"
+        )
+
+    def incr(self, key: str, amount: int) -> None:
+        raise self._fail()
+
+    def get_counter(self, key: str) -> int:
+        raise self._fail()
+
+    def put(self, key: str, value: bytes) -> None:
+        raise self._fail()
+
+    def get(self, key: str) -> bytes | None:
+        raise self._fail()
+
+    def delete(self, key: str) -> None:
+        raise self._fail()
+
+
+@dataclass
+class _Invocation:
+    consumer: Any
+    message: Any
+    future: Future[Any]
+    publishes: _Publishes
+    started: float
+
+
+class AsyncRunner:
+    """Feeds messages to an async function and handles its results in order."""
+
+    def __init__(
+        self,
+        function: LoadedFunction,
+        input_serdes: dict[str, SerDe],
+        default_serde: SerDe,
+        output_serde: SerDe,
+        context: InstanceContext,
+        outputs: Outputs,
+        sender: ChunkSender,
+        metrics: InstanceMetrics,
+        retries: RetryQueue,
+        failures: FailureHandler,
+        acking: Acking,
+        publisher: Any,
+        max_pending: int,
+        timeout_ms: int | None,
+    ) -> None:
+        self._function = function
+        self._input_serdes = dict(input_serdes)
+        self._default_serde = default_serde
+        self._output_serde = output_serde
+        self._context = context
+        self._outputs = outputs
+        self._sender = sender
+        self._metrics = metrics
+        self._retries = retries
+        self._failures = failures
+        self._acking = acking
+        self._publisher = publisher
+        self._max_pending = max_pending
+        self._timeout_s = (timeout_ms or 0) / 1000
+        self._pending: deque[_Invocation] = deque()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="async-process", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """Invocations are in flight."""
+        return bool(self._pending)
+
+    def timeouts(self) -> AbstractContextManager[None]:
+        """Each invocation is held to ``timeoutMs`` on the event loop."""
+        return nullcontext()
+
+    def run(self, chunk: Chunk, received: list[Received]) -> None:
+        """Start ``received`` (in order) and handle every result that is ready, in order."""
+        self._collect(chunk)
+        for consumer, message in received:
+            if self._retries.blocks(message):
+                self._retries.hold(consumer, message)
+                continue
+            while len(self._pending) >= self._max_pending:
+                self._pending[0].future.exception()  # waits for the oldest
+                self._collect(chunk)
+            self._start(consumer, message, chunk)
+        self._collect(chunk)
+
+    def wait(self, chunk: Chunk, timeout_s: float) -> None:
+        """Handle results until none is in flight or ``timeout_s`` passed (on stop)."""
+        deadline = time.monotonic() + timeout_s
+        while self._pending and time.monotonic() < deadline:
+            head = self._pending[0].future
+            try:
+                head.exception(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            self._collect(chunk)
+
+    def close(self) -> None:
+        for invocation in self._pending:
+            invocation.future.cancel()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def _start(self, consumer: Any, message: Any, chunk: Chunk) -> None:
+        self._metrics.received += 1
+        topic = message.topic_name()
+        acking = self._acking
+        if acking.on_receipt:
+            consumer.acknowledge(message)
+        if acking.redeliveries is not None and acking.redeliveries.is_redelivery(
+            topic, message.message_id()
+        ):
+            chunk.inputs.append((consumer, message))
+            return
+        serde = self._input_serdes.get(topic) or self._serde_for(topic)
+        try:
+            value = serde.deserialize(message.data())
+        except Exception as error:
+            self._failures.fail(
+                consumer,
+                message,
+                f"cannot deserialize message {message.message_id()} from {topic} with "
+                f"{type(serde).__name__}: {error!r}",
+                chunk,
+                system=True,
+            )
+            return
+        publishes = _Publishes()
+        context = self._context.for_invocation(message, topic, publishes, _NoState())
+        call = (
+            self._function.process(value, context)
+            if self._function.takes_context
+            else self._function.process(value)
+        )
+        if self._timeout_s:
+            call = asyncio.wait_for(call, self._timeout_s)
+        future = asyncio.run_coroutine_threadsafe(call, self._loop)
+        self._pending.append(_Invocation(consumer, message, future, publishes, time.perf_counter()))
+
+    def _collect(self, chunk: Chunk) -> None:
+        pending = self._pending
+        while pending and pending[0].future.done():
+            self._handle(pending.popleft(), chunk)
+
+    def _handle(self, invocation: _Invocation, chunk: Chunk) -> None:
+        consumer, message = invocation.consumer, invocation.message
+        metrics = self._metrics
+        elapsed = time.perf_counter() - invocation.started
+        metrics.latency_total_s += elapsed
+        metrics.latency_count += 1
+        metrics.latencies_s.append(elapsed)
+        metrics.last_invocation_ms = int(time.time() * 1000)
+        if self._retries.blocks(message):  # behind a failed input: runs again after it
+            metrics.received -= 1
+            if self._acking.redeliveries is not None:
+                self._acking.redeliveries.retry(message.message_id())
+            self._retries.hold(consumer, message)
+            return
+        error = invocation.future.exception()
+        if isinstance(error, TimeoutError):
+            error = InvocationTimeoutError(
+                f"the function ran longer than its timeout of {int(self._timeout_s * 1000)} ms"
+            )
+        if error is not None:
+            self._failures.fail(consumer, message, error, chunk)
+            return
+        result = invocation.future.result()
+        output = self._outputs.output
+        topic, message_id = message.topic_name(), message.message_id()
+        if result is not None and output is not None:
+            try:
+                content = self._output_serde.serialize(result)
+            except Exception as failure:
+                self._failures.fail(consumer, message, failure, chunk)
+                return
+            kwargs = self._outputs.result_kwargs(message, message_id, topic)
+            self._sender.send(chunk, output, content, kwargs, owner=message)
+        for target, payload, conf, callback in invocation.publishes.sends:
+            self._sender.send(
+                chunk, self._outputs.producer(target), payload, conf, callback, owner=message
+            )
+        for acked, acked_topic in invocation.publishes.acks:
+            self._publisher.ack(acked, acked_topic)
+        metrics.processed += 1
+        if self._acking.after_processing:
+            chunk.inputs.append((consumer, message))
+        else:
+            self._retries.succeeded(message)
+
+    def _serde_for(self, topic: str) -> SerDe:
+        serde = self._input_serdes.get(base_topic(topic), self._default_serde)
+        self._input_serdes[topic] = serde
+        return serde
