@@ -1,7 +1,8 @@
 """Running an ``async def process`` concurrently: up to ``maxPendingAsyncRequests``
-invocations in flight on an event loop in a thread of its own, their results handled on the
-instance's thread in input order, so outputs keep the input order and an input is
-acknowledged only once its output is persisted, as for a plain function.
+invocations in flight on an event loop that the instance's own thread drives between receives
+(no thread hop per message), their results handled in input order, so outputs keep the input
+order and an input is acknowledged only once its output is persisted, as for a plain
+function.
 
 Each invocation has a context of its own; its ``publish`` calls are sent, in order, when its
 result is handled, and state is not available to it (the state journal records one input's
@@ -12,11 +13,9 @@ dropped and its input waits behind the failing one, to run again after it.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,11 +85,15 @@ class _NoState:
         raise self._fail()
 
 
+_SLICE_S = 0.005
+"""How long the loop runs between two receives while invocations are in flight."""
+
+
 @dataclass
 class _Invocation:
     consumer: Any
     message: Any
-    future: Future[Any]
+    task: asyncio.Task[Any]
     publishes: _Publishes
     started: float
 
@@ -131,10 +134,6 @@ class AsyncRunner:
         self._timeout_s = (timeout_ms or 0) / 1000
         self._pending: deque[_Invocation] = deque()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="async-process", daemon=True
-        )
-        self._thread.start()
 
     @property
     def busy(self) -> bool:
@@ -146,34 +145,49 @@ class AsyncRunner:
         return nullcontext()
 
     def run(self, chunk: Chunk, received: list[Received]) -> None:
-        """Start ``received`` (in order) and handle every result that is ready, in order."""
-        self._collect(chunk)
+        """Start ``received`` (in order), let the invocations run a moment, and handle every
+        result that is ready, in order."""
         for consumer, message in received:
             if self._retries.blocks(message):
                 self._retries.hold(consumer, message)
                 continue
             while len(self._pending) >= self._max_pending:
-                self._pending[0].future.exception()  # waits for the oldest
+                self._drive(until_head=True)  # full: the oldest must finish first
                 self._collect(chunk)
             self._start(consumer, message, chunk)
+        if self._pending:
+            self._drive(until_head=False)
         self._collect(chunk)
 
     def wait(self, chunk: Chunk, timeout_s: float) -> None:
         """Handle results until none is in flight or ``timeout_s`` passed (on stop)."""
         deadline = time.monotonic() + timeout_s
         while self._pending and time.monotonic() < deadline:
-            head = self._pending[0].future
-            try:
-                head.exception(max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                break
+            self._drive(until_head=True, timeout_s=deadline - time.monotonic())
             self._collect(chunk)
 
     def close(self) -> None:
         for invocation in self._pending:
-            invocation.future.cancel()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+            invocation.task.cancel()
+        if self._pending:
+            self._loop.run_until_complete(
+                asyncio.gather(*(i.task for i in self._pending), return_exceptions=True)
+            )
+        self._loop.close()
+
+    def _drive(self, until_head: bool, timeout_s: float | None = None) -> None:
+        """Run the event loop: until the oldest invocation is done, or for a short slice (or
+        until one finishes, if sooner)."""
+        head = self._pending[0].task
+        if until_head:
+            waiter = asyncio.wait([head], timeout=timeout_s)
+        else:
+            waiter = asyncio.wait(
+                [i.task for i in self._pending],
+                timeout=_SLICE_S,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        self._loop.run_until_complete(waiter)
 
     def _start(self, consumer: Any, message: Any, chunk: Chunk) -> None:
         self._metrics.received += 1
@@ -208,12 +222,12 @@ class AsyncRunner:
         )
         if self._timeout_s:
             call = asyncio.wait_for(call, self._timeout_s)
-        future = asyncio.run_coroutine_threadsafe(call, self._loop)
-        self._pending.append(_Invocation(consumer, message, future, publishes, time.perf_counter()))
+        task = self._loop.create_task(call)
+        self._pending.append(_Invocation(consumer, message, task, publishes, time.perf_counter()))
 
     def _collect(self, chunk: Chunk) -> None:
         pending = self._pending
-        while pending and pending[0].future.done():
+        while pending and pending[0].task.done():
             self._handle(pending.popleft(), chunk)
 
     def _handle(self, invocation: _Invocation, chunk: Chunk) -> None:
@@ -230,7 +244,7 @@ class AsyncRunner:
                 self._acking.redeliveries.retry(message.message_id())
             self._retries.hold(consumer, message)
             return
-        error = invocation.future.exception()
+        error = invocation.task.exception()
         if isinstance(error, TimeoutError):
             error = InvocationTimeoutError(
                 f"the function ran longer than its timeout of {int(self._timeout_s * 1000)} ms"
@@ -238,7 +252,7 @@ class AsyncRunner:
         if error is not None:
             self._failures.fail(consumer, message, error, chunk)
             return
-        result = invocation.future.result()
+        result = invocation.task.result()
         output = self._outputs.output
         topic, message_id = message.topic_name(), message.message_id()
         if result is not None and output is not None:

@@ -359,7 +359,7 @@ class FunctionInstance:
         options = self.options
         next_report = time.monotonic() + options.metrics_interval_s
         while not self._stop.is_set():
-            received = inputs.receive(waiting_for_sends=acknowledger.unacked > 0 or runner.busy)
+            received = inputs.receive(acknowledger.unacked > 0, runner.busy)
             if received or runner.busy:
                 self._process_chunk(received)
             acknowledger.acknowledge_completed()
