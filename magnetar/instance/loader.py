@@ -22,12 +22,12 @@ import importlib.machinery
 import importlib.util
 import inspect
 import sys
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magnetar.instance.code_package import code_search_paths
 from magnetar.instance.exceptions import FunctionLoadError
 
 __all__ = ["LoadedFunction", "code_search_paths", "load_attribute", "load_function"]
@@ -45,35 +45,6 @@ class LoadedFunction:
     """The class or function name (the default function name)."""
     search_paths: list[Path]
     """Where the function's modules live (also searched for SerDe classes)."""
-
-
-def code_search_paths(py: str | Path, work_dir: Path | None = None) -> list[Path]:
-    """The import paths for ``py``; a zip is extracted under ``work_dir`` first."""
-    path = Path(py).expanduser().resolve()
-    if not path.exists():
-        raise FunctionLoadError(f"function file {py} does not exist")
-    if path.suffix == ".zip":
-        return _extract_zip(path, work_dir or path.parent / ".magnetar-code")
-    if path.suffix != ".py":
-        raise FunctionLoadError(f"function file {py} must be a .py file or a .zip")
-    return [path.parent]
-
-
-def _extract_zip(path: Path, work_dir: Path) -> list[Path]:
-    target = work_dir / path.stem
-    try:
-        with zipfile.ZipFile(path) as archive:
-            archive.extractall(target)
-    except (zipfile.BadZipFile, OSError) as error:
-        raise FunctionLoadError(f"cannot extract function package {path}: {error}") from None
-    roots = [target]
-    entries = [p for p in target.iterdir() if not p.name.startswith((".", "__MACOSX"))]
-    if len(entries) == 1 and entries[0].is_dir():
-        roots.append(entries[0])
-    paths: list[Path] = []
-    for root in roots:
-        paths += [root, root / "src", root / "deps"]
-    return [p for p in paths if p.is_dir()]
 
 
 def _module_name(py: str | Path) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import uuid
@@ -93,6 +94,7 @@ def test_plain_process_function() -> None:
         ("publish.py", "PublishFunction", True),
         ("slow.py", "process", False),
         ("user_config.py", "GreetingFunction", True),
+        ("async_lookup.py", "AsyncLookup", True),
         ("word_count.py", "WordCountFunction", True),
         ("word_split.py", "WordSplitFunction", True),
     ],
@@ -108,6 +110,7 @@ def test_default_entry_point_of_each_example(example: str, name: str, takes_cont
 def test_every_example_is_covered() -> None:
     examples = {p.name for p in EXAMPLES.glob("*.py")}
     assert examples == {
+        "async_lookup.py",
         "exclamation.py",
         "fragile.py",
         "json_serde.py",
@@ -204,7 +207,7 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_wrong_suffix(tmp_path: Path) -> None:
     path = tmp_path / "function.txt"
     path.write_text("def process(input):\n    return input\n")
-    assert load_error(path) == f"function file {path} must be a .py file or a .zip"
+    assert load_error(path) == f"function file {path} must be a .py file, a .zip or a .whl wheel"
 
 
 def test_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
@@ -401,6 +404,12 @@ def function_module(helper: str) -> str:
     )
 
 
+def unpacked(work: Path, package: Path) -> Path:
+    """Where a zip's code is unpacked: under the work dir, by name and digest."""
+    digest = hashlib.sha256(package.read_bytes()).hexdigest()[:16]
+    return work / f"{package.stem}-{digest}" / "code"
+
+
 def test_zip_with_the_module_at_its_root(tmp_path: Path) -> None:
     module, helper = unique("zipped"), unique("helper")
     package = make_zip(
@@ -413,7 +422,7 @@ def test_zip_with_the_module_at_its_root(tmp_path: Path) -> None:
     assert loaded.name == "Shout"
     assert loaded.takes_context is True
     assert loaded.process("hi", None) == "HI!"
-    assert loaded.search_paths == [tmp_path / "work" / module]
+    assert loaded.search_paths == [unpacked(tmp_path / "work", package)]
 
 
 def test_zip_default_entry_point_is_the_module_named_after_the_zip(tmp_path: Path) -> None:
@@ -443,7 +452,7 @@ def test_zip_with_a_single_top_level_folder_and_src(tmp_path: Path) -> None:
     loaded = load_function(package, f"{module}.Shout", work_dir=tmp_path / "work")
 
     assert loaded.process("ok", None) == "OK!"
-    root = tmp_path / "work" / "package"
+    root = unpacked(tmp_path / "work", package)
     assert loaded.search_paths == [root, root / "my-function", root / "my-function" / "src"]
 
 
@@ -465,7 +474,7 @@ def test_zip_extracted_next_to_it_without_a_work_dir(tmp_path: Path) -> None:
 
     paths = code_search_paths(package)
 
-    assert paths == [tmp_path.resolve() / ".magnetar-code" / "beside"]
+    assert paths == [unpacked(tmp_path.resolve() / ".magnetar-code", package)]
     assert (paths[0] / f"{module}.py").is_file()
 
 
