@@ -175,3 +175,70 @@ def test_tailer_catches_up_on_an_empty_topic_and_after_writes(
         assert seen == [f"r{i}".encode() for i in range(50)]  # each once, in order
     finally:
         tailer.stop()
+
+
+def test_entries_start_from_the_defaults_and_follow_records(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    defaults = {"tenant": {"public": {"allowedClusters": ["standalone"]}}}
+    producer = client.create_producer(metadata_topic, batching_enabled=False)
+    send(producer, b"", type="__term__", term="1", leader="w1")
+    send(
+        producer,
+        b'{"allowedClusters": ["c"]}',
+        type="tenant",
+        key="acme",
+        term="1",
+        leader="w1",
+        version="1",
+    )
+    send(producer, b"", type="tenant", key="public", term="1", leader="w1", version="1")
+    send(producer, b'{"x": 1}', type="namespace", key="acme/a", term="1", leader="w1", version="1")
+    manager = MetadataManager(client, metadata_topic, entries=defaults)
+    manager.start()
+    try:
+        assert manager.wait_caught_up(10)
+        assert manager.entries("tenant") == {"acme": {"allowedClusters": ["c"]}}
+        assert manager.entries("namespace") == {"acme/a": {"x": 1}}
+        assert manager.functions() == {}  # entries are no functions
+        assert manager.version_of(MetadataManager.entry_key("tenant", "public")) == 1
+    finally:
+        manager.stop()
+
+
+def test_an_entry_write_is_decided_while_writes_are_serialized(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    manager = replay(client, metadata_topic)
+    try:
+        assert manager.mark_term(1, "me", 10)
+
+        def create(current: dict[str, object] | None) -> dict[str, object]:
+            if current is not None:
+                raise FunctionExistsError("exists")
+            return {"made": True}
+
+        outcomes: list[str] = []
+
+        def attempt() -> None:
+            try:
+                manager.write_entry(1, "me", "tenant", "once", create, 10)
+                outcomes.append("created")
+            except FunctionExistsError:
+                outcomes.append("conflict")
+
+        threads = [threading.Thread(target=attempt) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == ["conflict", "conflict", "conflict", "created"]
+        assert manager.write_entry(1, "me", "tenant", "once", lambda current: None, 10) is None
+        replica = replay(client, metadata_topic)
+        try:
+            assert replica.entries("tenant") == {}
+            assert replica.version_of(MetadataManager.entry_key("tenant", "once")) == 2
+        finally:
+            replica.stop()
+    finally:
+        manager.stop()

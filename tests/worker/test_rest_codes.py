@@ -7,8 +7,11 @@ back through the forwarding with Pulsar's code intact; a few are asked of the le
 
 from __future__ import annotations
 
+import io
 import json
+import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -406,3 +409,48 @@ def test_the_path_names_the_function_whatever_the_config_says(api: Api) -> None:
     got = api.call("GET", f"{FUNCTIONS}/named").json()
     assert (got["tenant"], got["namespace"], got["name"]) == ("public", "default", "named")
     assert api.call("GET", f"{FUNCTIONS}/other").status_code == 404
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "filename", "code", "class_name", "cause"),
+    [
+        ("noproc", "noproc.py", b"def handle(x):\n    return x\n", "noproc", "noproc"),
+        (
+            "zipped",
+            "pkg.zip",
+            _zip({"other.py": "def process(x):\n    return x\n"}),
+            "missing.Thing",
+            "missing",
+        ),
+    ],
+)
+def test_code_pulsar_does_not_check_is_accepted_and_its_fault_shows_in_status(
+    api: Api, name: str, filename: str, code: bytes, class_name: str, cause: str
+) -> None:
+    """Pulsar registers Python code without loading it (204); the instance that cannot load
+    it says why in ``functions status`` instead of crash-looping silently."""
+    config = {"inputs": [f"{name}-in"], "className": class_name}
+    answer = api.call(
+        "POST",
+        f"{FUNCTIONS}/{name}",
+        data={"functionConfig": json.dumps(config)},
+        files={"data": (filename, code)},
+    )
+    assert (answer.status_code, answer.content) == (204, b"")
+
+    def error() -> str:
+        status = api.call("GET", f"{FUNCTIONS}/{name}/0/status").json()
+        return "" if status["running"] else str(status["error"])
+
+    deadline = time.monotonic() + 20
+    while not error() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cause in error(), error()
