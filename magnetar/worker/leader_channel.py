@@ -17,7 +17,6 @@ import httpx
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
     AuthenticationError,
-    AuthorizationError,
     LeaderUnavailableError,
     NotLeaderError,
     ReplicationTimeoutError,
@@ -30,7 +29,6 @@ __all__ = ["LeaderChannel"]
 
 _FORWARDED_ERRORS: dict[int, type[WorkerError]] = {
     401: AuthenticationError,
-    403: AuthorizationError,
     503: LeaderUnavailableError,
 }
 

@@ -260,7 +260,7 @@ def test_create_from_a_yaml_config_file(standalone: Standalone, tmp_path: Path) 
         (
             ("functions-worker", "drain", "--worker-id", "ghost"),
             1,
-            "worker 'ghost' is not in the cluster",
+            "Reason: Worker ghost is not among the current workers in the system",
         ),
     ],
 )

@@ -239,8 +239,10 @@ def test_worker_paths_metrics_and_docs(api: Api, cluster_client: pulsar.Client) 
     on_w1 = sum(1 for owner in api.owners().values() if owner == "w1")
     assert drain_status == {"workerId": "w1", "status": "NOT_RUN", "instancesLeft": on_w1}
     unknown = api.call(w0, "PUT", "/admin/v2/worker/leader/drain?workerId=ghost")
-    assert unknown.status_code == 404
-    assert unknown.json()["reason"].startswith("worker 'ghost' is not in the cluster")
+    assert (unknown.status_code, unknown.json()) == (
+        400,
+        {"reason": "Worker ghost is not among the current workers in the system"},
+    )
 
     owners = api.owners()
     for worker in api.workers:

@@ -180,4 +180,4 @@ def test_paths(target: Target, tenant: str, namespace: str, name: str, suffix: s
 def test_drain_queries(target: Target, worker_id: str) -> None:
     target.check("GET", "/admin/v2/worker/leader/drain", params={"workerId": worker_id})
     answer = target.check("PUT", "/admin/v2/worker/leader/drain", params={"workerId": worker_id})
-    assert answer.status_code == 404
+    assert answer.status_code == 400

@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Query, Request
 
-from magnetar.worker.exceptions import NotLeaderError
+from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
-from magnetar.worker.rest.auth import caller_role
+from magnetar.worker.rest.auth import caller_role, not_authorized
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import call_leader, leader
 from magnetar.worker.rest.peers import services as _services
@@ -79,8 +79,7 @@ def _drain(request: Request, worker_id: str) -> None:
     services = _services(request)
     current = services.assignments.current
     if current is not None and worker_id not in {w.worker_id for w in current.workers}:
-        members = ", ".join(sorted(w.worker_id for w in current.workers))
-        raise ApiError(404, f"worker {worker_id!r} is not in the cluster (members: {members})")
+        raise ApiError(400, f"Worker {worker_id} is not among the current workers in the system")
     try:
         services.leader.drain(worker_id)
     except NotLeaderError:
@@ -129,7 +128,10 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
         raise ApiError(400, f"malformed function change: {error}") from None
     role = caller_role(request)
     if services.auth is not None and role is not None:
-        services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
+        try:
+            services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
+        except AuthorizationError:
+            raise not_authorized("/admin/v3/functions/", "POST") from None
     return {"version": services.functions.apply_forwarded(forwarded)}
 
 
@@ -148,8 +150,11 @@ def forwarded_tenancy_change(
         raise ApiError(400, f"malformed tenancy change: {error}") from None
     role = caller_role(request)
     if services.auth is not None and role is not None:
-        if forwarded.kind == "tenant":
-            services.auth.authorizer.require_superuser(role)
-        else:
-            services.auth.authorizer.require_tenant(role, forwarded.name.split("/", 1)[0])
+        try:
+            if forwarded.kind == "tenant":
+                services.auth.authorizer.require_superuser(role)
+            else:
+                services.auth.authorizer.require_tenant(role, forwarded.name.split("/", 1)[0])
+        except AuthorizationError:
+            raise not_authorized(f"/admin/v2/{forwarded.kind}s/", "POST") from None
     return {"version": tenancy.apply_forwarded(forwarded)}

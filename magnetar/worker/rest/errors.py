@@ -25,7 +25,7 @@ _STATUS: list[tuple[type[MagnetarError], int]] = [
     (InvalidFunctionConfigError, 400),
     (FunctionLoadError, 400),
     (AuthenticationError, 401),
-    (AuthorizationError, 403),
+    (AuthorizationError, 401),  # as Pulsar answers a role that may not
     (NotLeaderError, 503),
     (LeaderUnavailableError, 503),
     (ReplicationTimeoutError, 503),
