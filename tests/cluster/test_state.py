@@ -267,7 +267,8 @@ def test_deleting_a_function_deletes_its_state_unless_kept(cluster: Cluster) -> 
     )
     assert kept.status_code == 204, kept.text
     create_word_count(cluster, worker, "fleeting", topic)
-    assert httpx.get(state_url(worker, "fleeting", "k")).json()["stringValue"] == "v"
+    got = httpx.get(state_url(worker, "fleeting", "k"))
+    assert got.json().get("stringValue") == "v", (got.status_code, got.text)
     deleted = httpx.delete(f"{worker.url}/admin/v3/functions/public/default/fleeting", timeout=30)
     assert deleted.status_code == 204, deleted.text
     create_word_count(cluster, worker, "fleeting", topic)
