@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
@@ -147,7 +147,7 @@ class TenancyChange:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TenancyChange:
         op = data["op"]
-        if op not in TenancyOp.__args__:  # type: ignore[attr-defined]
+        if op not in get_args(TenancyOp):
             raise KeyError(f"unknown operation {op!r}")
         return cls(op, str(data["name"]), data.get("value"), bool(data.get("force", False)))
 

@@ -200,14 +200,15 @@ def _restart(request: Request, record: FunctionRecord, instance_id: int | None) 
     in Pulsar, where restarting it does nothing)."""
     found = services(request)
     parallelism = record.function_config().parallelism
-    if instance_id is not None and not 0 <= instance_id < parallelism:
-        raise ApiError(400, f"{record.fqfn}/{instance_id} doesn't exist")
     ids = [instance_id] if instance_id is not None else list(range(parallelism))
     running = [i for i in ids if i not in record.stopped]
     owners = {i: owner for i in running if (owner := _owner(found, record, i)) is not None}
-    if len(owners) < len(running):
-        where = record.fqfn if instance_id is None else f"{record.fqfn}/{instance_id}"
-        raise ApiError(400, f"{where} has not been assigned yet")
+    # Pulsar's answers where it finds no assignment: for one instance (out of range, or
+    # not scheduled yet) and for a function none of whose instances is scheduled
+    if instance_id is not None and (instance_id >= parallelism or (running and not owners)):
+        raise ApiError(400, f"{record.fqfn}/{instance_id} doesn't exist")
+    if instance_id is None and running and not owners:
+        raise ApiError(400, f"{record.fqfn} has not been assigned yet")
     for i, owner in owners.items():
         if owner == found.config.worker_id:
             if not found.instances.restart(instance_key(record.fqfn, i)):
