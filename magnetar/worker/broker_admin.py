@@ -160,10 +160,11 @@ class BrokerAdmin:
         *,
         json: Any = None,
         params: dict[str, str] | None = None,
+        what: str | None = None,
     ) -> httpx.Response:
         """Send a request and return whatever the broker answered (refusals included);
-        BrokerAdminUnreachableError when it cannot be reached."""
-        what = f"{method} {path}"
+        BrokerAdminUnreachableError when it cannot be reached, naming ``what`` was asked."""
+        what = what or f"{method} {path}"
         try:
             return self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as error:
@@ -172,7 +173,7 @@ class BrokerAdmin:
                 f"({type(error).__name__}: {error or 'no detail'})"
             ) from None
         except httpx.HTTPError as error:
-            raise BrokerAdminError(f"cannot {what} at {self.url}: {error}") from None
+            raise BrokerAdminError(f"cannot {what}: {method} {self.url}{path}: {error}") from None
 
     def _call(
         self,
@@ -184,15 +185,7 @@ class BrokerAdmin:
         accept: tuple[int, ...] = (),
     ) -> httpx.Response:
         """The response to a request that succeeded or answered one of ``accept``."""
-        try:
-            response = self._http.request(method, path, json=json)
-        except httpx.TransportError as error:
-            raise BrokerAdminUnreachableError(
-                f"cannot {what}: the Apache Pulsar admin API at {self.url} cannot be reached "
-                f"({type(error).__name__}: {error or 'no detail'})"
-            ) from None
-        except httpx.HTTPError as error:
-            raise BrokerAdminError(f"cannot {what}: {method} {self.url}{path}: {error}") from None
+        response = self.relay(method, path, json=json, what=what)
         if response.is_success or response.status_code in accept:
             return response
         raise BrokerAdminError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 import pulsar
 import pytest
@@ -15,6 +16,25 @@ from magnetar.worker.metadata import FunctionRecord, MetadataManager
 
 def record(fqfn: str, **fields: object) -> bytes:
     return json.dumps(FunctionRecord(fqfn, {"inputs": ["x"], **fields}, None).to_json()).encode()
+
+
+def concurrently(write: Callable[[], object], times: int = 4) -> list[str]:
+    """Run ``write`` on ``times`` threads at once: "created" or "conflict" for each."""
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        try:
+            write()
+            outcomes.append("created")
+        except FunctionExistsError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=attempt) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
 
 
 def send(producer: pulsar.Producer, value: bytes, **properties: str) -> None:
@@ -133,20 +153,7 @@ def test_leader_writes_are_serialized_and_read_back(
                 raise FunctionExistsError("exists")
             return FunctionRecord("t/n/once", {"inputs": ["x"]}, None)
 
-        outcomes: list[str] = []
-
-        def attempt() -> None:
-            try:
-                manager.write(1, "me", "t/n/once", create, 10)
-                outcomes.append("created")
-            except FunctionExistsError:
-                outcomes.append("conflict")
-
-        threads = [threading.Thread(target=attempt) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        outcomes = concurrently(lambda: manager.write(1, "me", "t/n/once", create, 10))
         assert sorted(outcomes) == ["conflict", "conflict", "conflict", "created"]
         applied = manager.get("t/n/once")
         assert applied is not None and applied.version == 1 and applied.config_version == 1
@@ -218,20 +225,7 @@ def test_an_entry_write_is_decided_while_writes_are_serialized(
                 raise FunctionExistsError("exists")
             return {"made": True}
 
-        outcomes: list[str] = []
-
-        def attempt() -> None:
-            try:
-                manager.write_entry(1, "me", "tenant", "once", create, 10)
-                outcomes.append("created")
-            except FunctionExistsError:
-                outcomes.append("conflict")
-
-        threads = [threading.Thread(target=attempt) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        outcomes = concurrently(lambda: manager.write_entry(1, "me", "tenant", "once", create, 10))
         assert sorted(outcomes) == ["conflict", "conflict", "conflict", "created"]
         assert manager.write_entry(1, "me", "tenant", "once", lambda current: None, 10) is None
         replica = replay(client, metadata_topic)
