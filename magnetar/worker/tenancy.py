@@ -168,17 +168,22 @@ class TenancyManager:
         self._leader = leader
         self._cluster = cluster
         self._system_namespace = system_namespace
+        self._timeout = timeout_s
         self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s)
 
     # --- reads ----------------------------------------------------------------------------
+    # A read first catches up with the metadata topic, so it sees what any worker changed
+    # before it was asked (an admin call is rare; a stale "does not exist" would mislead).
 
     def clusters(self) -> list[str]:
         return [self._cluster]
 
     def tenants(self) -> list[str]:
+        self._catch_up()
         return sorted(self._metadata.entries(_TENANT))
 
     def tenant(self, tenant: str) -> dict[str, Any]:
+        self._catch_up()
         info = self._metadata.entries(_TENANT).get(tenant)
         if info is None:
             raise TenantNotFoundError("Tenant does not exist")
@@ -187,15 +192,24 @@ class TenancyManager:
     def namespaces(self, tenant: str) -> list[str]:
         if not _valid(tenant):
             raise PreconditionFailedError("Tenant name is not valid")
+        self._catch_up()
         if tenant not in self._metadata.entries(_TENANT):
             raise TenantNotFoundError("Tenant not found")
         return self._namespaces_of(tenant)
 
     def check_namespace(self, tenant: str, namespace: str) -> None:
+        if not self._has_namespace(tenant, namespace):
+            self._catch_up()  # only on a miss: creating a function stays quick
         if tenant not in self._metadata.entries(_TENANT):
             raise RequestRefusedError("Tenant does not exist")
-        if f"{tenant}/{namespace}" not in self._metadata.entries(_NAMESPACE):
+        if not self._has_namespace(tenant, namespace):
             raise RequestRefusedError("Namespace does not exist")
+
+    def _has_namespace(self, tenant: str, namespace: str) -> bool:
+        return f"{tenant}/{namespace}" in self._metadata.entries(_NAMESPACE)
+
+    def _catch_up(self) -> None:
+        self._metadata.catch_up(self._timeout)
 
     # --- writes ---------------------------------------------------------------------------
 
