@@ -32,6 +32,7 @@ _REPLACED_WHEN_GIVEN = (
     "timeoutMs",
     "cleanupSubscription",
     "producerConfig",
+    "windowConfig",
 )
 """Replaced by any value but null."""
 _REPLACED_WHEN_NOT_BLANK = ("runtimeFlags", "customRuntimeOptions")
@@ -43,7 +44,7 @@ _FIXED = (
     ("autoAck", "AutoAck cannot be altered"),
 )
 """Given with another value than the current one: refused."""
-_INPUTS = ("inputs", "topicsPattern", "customSerdeInputs", "inputSpecs")
+_INPUTS = ("inputs", "topicsPattern", "customSerdeInputs", "customSchemaInputs", "inputSpecs")
 
 
 def unknown_fields(config: dict[str, Any]) -> list[str]:
@@ -79,6 +80,9 @@ def merge_update(existing: dict[str, Any], update: dict[str, Any]) -> dict[str, 
     serde = update.get("outputSerdeClassName")
     if serde and serde != current.output_serde_class_name:
         raise RequestRefusedError("Output Serde mismatch")
+    schema = update.get("outputSchemaType")
+    if schema and schema != existing.get("outputSchemaType"):
+        raise RequestRefusedError("Output Schema mismatch")
     sub_name = update.get("subName")
     if sub_name and sub_name != current.sub_name:
         raise RequestRefusedError("Subscription Name cannot be altered")
@@ -131,6 +135,8 @@ def _input_specs(update: dict[str, Any]) -> dict[str, dict[str, Any]]:
         specs[update["topicsPattern"]] = {"isRegexPattern": True}
     for topic, serde in (update.get("customSerdeInputs") or {}).items():
         specs[str(topic)] = {"serdeClassName": serde, "isRegexPattern": False}
+    for topic, schema in (update.get("customSchemaInputs") or {}).items():
+        specs[str(topic)] = {"schemaType": schema, "isRegexPattern": False}
     for topic, spec in (update.get("inputSpecs") or {}).items():
         specs[str(topic)] = spec if isinstance(spec, dict) else {}
     return specs
