@@ -195,12 +195,16 @@ class Cluster:
         result: dict[str, list[str]] = self.get(via, "/admin/v2/worker/assignments")
         return result
 
-    def _retrying(self, send: Callable[[], httpx.Response], what: str, done_before: int) -> int:
-        """Send until 200 (or ``done_before`` on a retry: the earlier attempt went through);
-        503 (no leader at the moment: "retry in a moment") is retried. The retries made."""
+    def _retrying(
+        self, send: Callable[[], httpx.Response], what: str, done_before: tuple[int, str]
+    ) -> int:
+        """Send until it succeeds (or, on a retry, answers ``done_before``: the status and
+        the end of the reason saying the earlier attempt went through); 503 (no leader at
+        the moment: "retry in a moment") is retried. The retries made."""
         for attempt in range(RETRIES):
             response = send()
-            if response.status_code == 200 or (attempt and response.status_code == done_before):
+            done = (response.status_code, response.text.rstrip('"}').rpartition(" ")[2])
+            if response.is_success or (attempt and done == done_before):
                 return attempt
             if response.status_code != 503:
                 break
@@ -218,7 +222,7 @@ class Cluster:
                 timeout=30,
             ),
             f"creating {name}",
-            409,
+            (400, "exists"),
         )
 
     def delete(self, via: WorkerProcess, name: str) -> int:
@@ -226,7 +230,7 @@ class Cluster:
         return self._retrying(
             lambda: self.http.delete(f"{via.url}/admin/v3/functions/public/default/{name}"),
             f"deleting {name}",
-            404,
+            (404, "exist"),
         )
 
     def num_running(self, via: WorkerProcess, name: str) -> int:

@@ -205,8 +205,9 @@ def register_all(
             except httpx.HTTPError as error:
                 failure = str(error)
             else:
-                # 409 after a retry: the earlier attempt went through after all
-                if response.status_code == 200 or (response.status_code == 409 and attempt):
+                # "already exists" after a retry: the earlier attempt went through after all
+                exists = response.status_code == 400 and "already exists" in response.text
+                if response.is_success or (exists and attempt):
                     # stopped, so the new workers it is assigned to start no instance of it
                     http.post(
                         f"{url}/admin/v3/functions/public/default/{name}/stop", timeout=60

@@ -2,8 +2,8 @@
 
 Every admin command goes through :class:`AdminClient`: it adds the bearer token, turns a
 refused connection into a message naming the URL, and a non-2xx answer into
-:class:`AdminError` carrying the server's ``reason``, which commands print before exiting
-non-zero (as ``pulsar-admin`` does).
+:class:`AdminError` carrying the server's ``reason``, which commands print as ``pulsar-admin``
+does (the reason, a blank line, ``Reason: <reason>``) before exiting with 1.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import httpx
 if TYPE_CHECKING:
     from magnetar.cli.app import CliContext
 
-__all__ = ["AdminClient", "AdminError", "admin_client", "fqfn_options", "resolve_fqfn"]
+__all__ = [
+    "AdminClient",
+    "AdminError",
+    "admin_client",
+    "fqfn_options",
+    "resolve_fqfn",
+]
 
 
 class AdminError(click.ClickException):
@@ -26,6 +32,13 @@ class AdminError(click.ClickException):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+    def show(self, file: Any = None) -> None:
+        if self.status_code is None:
+            super().show(file)
+            return
+        # pulsar-admin prints the server's error, then its reason
+        click.echo(f"{self.message}\n\nReason: {self.message}", file=file, err=file is None)
 
 
 class AdminClient:
@@ -60,11 +73,11 @@ class AdminClient:
 
 
 def _reason(response: httpx.Response) -> str:
+    """The ``reason`` of an error answer, or what the body says instead."""
     try:
-        reason = response.json()["reason"]
+        return str(response.json()["reason"])
     except (ValueError, KeyError, TypeError):
-        reason = response.text.strip()[:300] or response.reason_phrase
-    return f"{reason} (HTTP {response.status_code})"
+        return response.text.strip()[:300] or f"HTTP {response.status_code}"
 
 
 def admin_client(obj: CliContext) -> AdminClient:
@@ -89,16 +102,22 @@ def fqfn_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def resolve_fqfn(
     tenant: str | None, namespace: str | None, name: str | None, fqfn: str | None
 ) -> str:
-    """``tenant/namespace/name`` from the identity flags; a usage error when it is incomplete."""
+    """``tenant/namespace/name`` from the identity flags; a usage error (pulsar-admin's
+    words) when it is incomplete."""
     if fqfn:
+        if tenant or namespace or name:
+            raise click.UsageError(
+                "You must specify either a Fully Qualified Function Name (FQFN) or tenant, "
+                "namespace, and function name"
+            )
         parts = fqfn.split("/")
         if len(parts) != 3 or not all(parts):
-            raise click.BadParameter(
-                f"{fqfn!r} is not tenant/namespace/name", param_hint="'--fqfn'"
+            raise click.UsageError(
+                "Fully qualified function names (FQFNs) must be of the form tenant/namespace/name"
             )
-        if tenant or namespace or name:
-            raise click.UsageError("pass either --fqfn or --tenant/--namespace/--name, not both")
         return fqfn
     if not name:
-        raise click.UsageError("name the function: --name NAME (or --fqfn tenant/namespace/name)")
+        raise click.UsageError(
+            "You must specify a name for the function or a Fully Qualified Function Name (FQFN)"
+        )
     return f"{tenant or 'public'}/{namespace or 'default'}/{name}"

@@ -10,6 +10,7 @@ import click
 from magnetar.cli.functions import functions
 from magnetar.cli.functions_worker import functions_worker
 from magnetar.cli.spark import spark
+from magnetar.cli.tenancy import namespaces, tenants
 from magnetar.cli.tokens import tokens
 from magnetar.cli.topics import topics
 from magnetar.cli.worker import standalone, worker
@@ -79,5 +80,7 @@ main.add_command(functions_worker)
 main.add_command(tokens)
 main.add_command(topics)
 main.add_command(spark)
+main.add_command(tenants)
+main.add_command(namespaces)
 main.add_command(worker)
 main.add_command(standalone)

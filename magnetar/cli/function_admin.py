@@ -2,8 +2,9 @@
 the `pulsar-admin functions` commands that manage functions on a cluster, over its REST API.
 
 Every command takes the function's identity as ``--tenant/--namespace/--name`` or ``--fqfn``,
-prints tables for people and JSON with ``--output json``, and on an error prints the
-worker's reason and exits non-zero.
+prints tables for people and JSON with ``--output json``, confirms a change as
+``pulsar-admin`` does ("Created successfully"), and on an error prints the worker's reason
+and exits with 1.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def create(
             "pass the function's code: --py FILE (.py or .zip), --js FILE, or a URL"
         )
     _submit(obj, "POST", target, fields)
-    _done(obj, f"Created {target} successfully", created=target)
+    _done(obj, "Created successfully", created=target)
 
 
 @click.command()
@@ -151,7 +152,7 @@ def update(
     fields = config_fields(function_config_file, **flags)
     target = _identity(fields, tenant, namespace, name, fqfn)
     _submit(obj, "PUT", target, fields)
-    _done(obj, f"Updated {target} successfully", updated=target)
+    _done(obj, "Updated successfully", updated=target)
 
 
 @click.command()
@@ -168,7 +169,7 @@ def delete(
     """
     target = resolve_fqfn(tenant, namespace, name, fqfn)
     admin_client(obj).request("DELETE", _path(target))
-    _done(obj, f"Deleted {target} successfully", deleted=target)
+    _done(obj, "Deleted successfully", deleted=target)
 
 
 @click.command()
@@ -376,8 +377,10 @@ def trigger(
     Example:
       magnetar functions trigger --name excl --trigger-value hello
     """
-    if (trigger_value is None) == (trigger_file is None):
-        raise click.UsageError("pass exactly one of --trigger-value and --trigger-file")
+    if trigger_value is None and trigger_file is None:
+        raise click.UsageError("Either a trigger value or a trigger filepath needs to be specified")
+    if trigger_value is not None and trigger_file is not None:
+        raise click.UsageError("pass one of --trigger-value and --trigger-file, not both")
     target = resolve_fqfn(tenant, namespace, name, fqfn)
     form: dict[str, str] = {"topic": topic} if topic else {}
     files = None
@@ -411,12 +414,7 @@ def _run_state_command(op: str, past: str) -> click.Command:
         target = resolve_fqfn(tenant, namespace, name, fqfn)
         path = _path(target, op) if instance_id is None else _path(target, instance_id, op)
         admin_client(obj).request("POST", path)
-        which = "every instance" if instance_id is None else f"instance {instance_id}"
-        _done(
-            obj,
-            f"{past.capitalize()} {which} of {target}",
-            **{past: target, "instanceId": instance_id},
-        )
+        _done(obj, f"{past.capitalize()} successfully", **{past: target, "instanceId": instance_id})
 
     command.help = (
         f"{op.capitalize()} a function's instances, or one with --instance-id.\n\n"

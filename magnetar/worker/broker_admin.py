@@ -17,7 +17,7 @@ import httpx
 from magnetar.topics import full_topic_name
 from magnetar.worker.exceptions import BrokerAdminError, BrokerAdminUnreachableError
 
-__all__ = ["FOREVER", "BrokerAdmin"]
+__all__ = ["FOREVER", "BrokerAdmin", "path_segment", "reason_of"]
 
 FOREVER = -1
 """A retention time or size that keeps messages forever."""
@@ -65,7 +65,7 @@ class BrokerAdmin:
         body = {"adminRoles": [], "allowedClusters": self.clusters()}
         response = self._call(
             "PUT",
-            f"/admin/v2/tenants/{_segment(tenant)}",
+            f"/admin/v2/tenants/{path_segment(tenant)}",
             f"create tenant {tenant}",
             json=body,
             accept=(_CONFLICT,),
@@ -77,7 +77,7 @@ class BrokerAdmin:
         tenant, _, name = namespace.partition("/")
         if not tenant or not name or "/" in name:
             raise BrokerAdminError(f"namespace {namespace!r} must be 'tenant/namespace'")
-        path = f"/admin/v2/namespaces/{_segment(tenant)}/{_segment(name)}"
+        path = f"/admin/v2/namespaces/{path_segment(tenant)}/{path_segment(name)}"
         what = f"create namespace {namespace}"
         response = self._call("PUT", path, what, accept=(_CONFLICT, _NOT_FOUND))
         if response.status_code == _NOT_FOUND:  # the tenant does not exist yet
@@ -90,7 +90,7 @@ class BrokerAdmin:
         tenant, _, name = namespace.partition("/")
         self._call(
             "POST",
-            f"/admin/v2/namespaces/{_segment(tenant)}/{_segment(name)}/retention",
+            f"/admin/v2/namespaces/{path_segment(tenant)}/{path_segment(name)}/retention",
             f"set the retention of namespace {namespace}",
             json=_retention(minutes, size_mb),
         )
@@ -153,6 +153,28 @@ class BrokerAdmin:
 
     # --- the HTTP exchange ----------------------------------------------------------------
 
+    def relay(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        what: str | None = None,
+    ) -> httpx.Response:
+        """Send a request and return whatever the broker answered (refusals included);
+        BrokerAdminUnreachableError when it cannot be reached, naming ``what`` was asked."""
+        what = what or f"{method} {path}"
+        try:
+            return self._http.request(method, path, json=json, params=params)
+        except httpx.TransportError as error:
+            raise BrokerAdminUnreachableError(
+                f"cannot {what}: the Apache Pulsar admin API at {self.url} cannot be reached "
+                f"({type(error).__name__}: {error or 'no detail'})"
+            ) from None
+        except httpx.HTTPError as error:
+            raise BrokerAdminError(f"cannot {what}: {method} {self.url}{path}: {error}") from None
+
     def _call(
         self,
         method: str,
@@ -163,24 +185,17 @@ class BrokerAdmin:
         accept: tuple[int, ...] = (),
     ) -> httpx.Response:
         """The response to a request that succeeded or answered one of ``accept``."""
-        try:
-            response = self._http.request(method, path, json=json)
-        except httpx.TransportError as error:
-            raise BrokerAdminUnreachableError(
-                f"cannot {what}: the Apache Pulsar admin API at {self.url} cannot be reached "
-                f"({type(error).__name__}: {error or 'no detail'})"
-            ) from None
-        except httpx.HTTPError as error:
-            raise BrokerAdminError(f"cannot {what}: {method} {self.url}{path}: {error}") from None
+        response = self.relay(method, path, json=json, what=what)
         if response.is_success or response.status_code in accept:
             return response
         raise BrokerAdminError(
             f"cannot {what}: {method} {self.url}{path} answered HTTP {response.status_code}: "
-            f"{_reason(response)}"
+            f"{reason_of(response)}"
         )
 
 
-def _segment(part: str) -> str:
+def path_segment(part: str) -> str:
+    """One part of an admin path (a tenant, a namespace), URL-encoded."""
     return quote(part, safe="")
 
 
@@ -190,7 +205,7 @@ def _topic_path(topic: str) -> str:
         domain, _, rest = full_topic_name(topic).partition("://")
     except ValueError as error:
         raise BrokerAdminError(str(error)) from None
-    return f"/admin/v2/{domain}/" + "/".join(_segment(part) for part in rest.split("/"))
+    return f"/admin/v2/{domain}/" + "/".join(path_segment(part) for part in rest.split("/"))
 
 
 def _retention(minutes: int, size_mb: int) -> dict[str, int]:
@@ -204,7 +219,7 @@ def _json(response: httpx.Response) -> Any:
         return None
 
 
-def _reason(response: httpx.Response) -> str:
+def reason_of(response: httpx.Response) -> str:
     """Pulsar's ``{"reason": ...}``, or the start of whatever else the body is."""
     body = _json(response)
     if isinstance(body, dict) and isinstance(body.get("reason"), str):

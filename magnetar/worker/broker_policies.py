@@ -63,6 +63,11 @@ class BrokerPolicies:
         self._lock = threading.Lock()
         self._deduplicated: dict[_DedupKey, bool] = {}
 
+    @property
+    def admin(self) -> BrokerAdmin:
+        """The admin API client, for the worker's other calls to the broker (tenancy)."""
+        return self._admin
+
     def close(self) -> None:
         self._admin.close()
 

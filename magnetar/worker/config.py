@@ -44,11 +44,16 @@ class WorkerConfig(BaseModel):
     """Where the leader publishes the assignment of instances to workers."""
     packages_topic: str = "packages"
     """Function code packages, content-addressed."""
+    pulsar_functions_cluster: str = "standalone"
+    """The cluster name tenants are allowed on when the worker keeps tenants and namespaces
+    itself (without ``pulsar_admin_url``), as Pulsar's ``pulsarFunctionsCluster``."""
     pulsar_admin_url: str | None = None
     """HTTP admin URL of an Apache Pulsar broker (``http://broker:8080``). When set, the worker
     creates the system namespace with retention, sets compaction on the system topics and turns
-    on deduplication for EFFECTIVELY_ONCE outputs (``magnetar.worker.broker_policies``); unset
-    (the embedded broker has no admin API), nothing is asked of the broker."""
+    on deduplication for EFFECTIVELY_ONCE outputs (``magnetar.worker.broker_policies``), and
+    its tenants and namespaces are the ones functions live in (``broker_tenancy``); unset (the
+    embedded broker has no admin API), nothing is asked of the broker and the workers keep
+    tenants and namespaces in the metadata topic (``tenancy``)."""
     heartbeat_interval_s: float = Field(default=0.5, gt=0)
     """How often the worker announces itself."""
     liveness_timeout_s: float = Field(default=3.0, gt=0)

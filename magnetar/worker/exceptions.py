@@ -19,12 +19,60 @@ class LeaderUnavailableError(WorkerError):
     """No leader is known yet (the cluster is starting or electing one)."""
 
 
-class FunctionExistsError(WorkerError):
-    """A function with that name is already registered."""
+class RequestRefusedError(WorkerError):
+    """A request refused as Apache Pulsar refuses it: the HTTP status and the reason it gives.
+
+    Subclasses name the common causes and their usual status; a call site passes another
+    status where Pulsar answers the same cause differently (an update of a missing function
+    is 400, a delete of one 404)."""
+
+    status_code = 400
+
+    def __init__(self, reason: str, status_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        if status_code is not None:
+            self.status_code = status_code
 
 
-class FunctionNotFoundError(WorkerError):
-    """No function with that name is registered."""
+class FunctionExistsError(RequestRefusedError):
+    """A function with that name is already registered (400, as in Pulsar)."""
+
+
+class FunctionNotFoundError(RequestRefusedError):
+    """No function with that name is registered (404, or 400 where Pulsar says so)."""
+
+    status_code = 404
+
+
+class TenantNotFoundError(RequestRefusedError):
+    """No tenant with that name exists."""
+
+    status_code = 404
+
+
+class NamespaceNotFoundError(RequestRefusedError):
+    """No namespace with that name exists."""
+
+    status_code = 404
+
+
+class AlreadyExistsError(RequestRefusedError):
+    """The tenant or namespace to create exists already (409)."""
+
+    status_code = 409
+
+
+class NotEmptyError(RequestRefusedError):
+    """The tenant or namespace to delete still holds namespaces or functions (409)."""
+
+    status_code = 409
+
+
+class PreconditionFailedError(RequestRefusedError):
+    """A name or a cluster list Pulsar would not accept (412)."""
+
+    status_code = 412
 
 
 class PackageError(WorkerError):
@@ -35,12 +83,14 @@ class ReplicationTimeoutError(WorkerError):
     """A write was accepted but this worker did not see it applied in time."""
 
 
-class TriggerError(WorkerError):
+class TriggerError(RequestRefusedError):
     """A trigger request cannot be carried out (e.g. the topic is not an input)."""
 
 
-class TriggerTimeoutError(WorkerError):
-    """The triggered function gave no output in time."""
+class TriggerTimeoutError(RequestRefusedError):
+    """The triggered function gave no output in time (408)."""
+
+    status_code = 408
 
 
 class AuthenticationError(WorkerError):

@@ -8,34 +8,32 @@ this worker has applied the change (read-your-writes).
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
-
-import httpx
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
     FunctionExistsError,
     FunctionNotFoundError,
-    LeaderUnavailableError,
-    NotLeaderError,
-    ReplicationTimeoutError,
-    WorkerError,
+    RequestRefusedError,
 )
 from magnetar.worker.leader import LeaderService
+from magnetar.worker.leader_channel import LeaderChannel
 from magnetar.worker.metadata import FunctionRecord, MetadataManager
 
-__all__ = ["FORWARD_PATH", "FunctionChange", "FunctionManager"]
+__all__ = ["FORWARD_PATH", "FunctionChange", "FunctionManager", "NamespaceCheck"]
 
 log = logging.getLogger(__name__)
 
 FORWARD_PATH = "/admin/v2/worker/internal/function-changes"
 
 Operation = Literal["register", "update", "delete", "start", "stop"]
+
+NamespaceCheck = Callable[[str, str], None]
+"""Raises (Pulsar's 400 "Tenant does not exist" / "Namespace does not exist") unless the
+tenant and namespace exist."""
 
 
 @dataclass(frozen=True)
@@ -68,15 +66,23 @@ class FunctionChange:
             data.get("instanceId"),
         )
 
+    @property
+    def name(self) -> str:
+        """The function's name, as Pulsar's messages say it."""
+        return self.fqfn.rsplit("/", 1)[-1]
+
     def apply(self, current: FunctionRecord | None) -> FunctionRecord | None:
-        """The new record (None: deleted); raises when the change does not fit ``current``."""
+        """The new record (None: deleted); raises, with Apache Pulsar's status and reason,
+        when the change does not fit ``current``."""
         if self.op == "register":
             if current is not None:
-                raise FunctionExistsError(f"function {self.fqfn} already exists")
+                raise FunctionExistsError(f"Function {self.name} already exists")
             assert self.config is not None
             return FunctionRecord(self.fqfn, self.config, self.package)
         if current is None:
-            raise FunctionNotFoundError(f"function {self.fqfn} doesn't exist")
+            # Pulsar answers an update of a missing function with 400, the rest with 404.
+            status = 400 if self.op == "update" else 404
+            raise FunctionNotFoundError(f"Function {self.name} doesn't exist", status)
         if self.op == "update":
             assert self.config is not None
             parallelism = FunctionConfig.parse(self.config).parallelism
@@ -91,19 +97,22 @@ class FunctionChange:
             return None
         parallelism = current.function_config().parallelism
         ids = range(parallelism) if self.instance_id is None else [self.instance_id]
-        if self.instance_id is not None and not 0 <= self.instance_id < parallelism:
-            raise FunctionNotFoundError(
-                f"function {self.fqfn} has no instance {self.instance_id} "
-                f"(parallelism {parallelism})"
-            )
-        stopped = (
-            (current.stopped | set(ids)) if self.op == "stop" else (current.stopped - set(ids))
-        )
+        stopping = self.op == "stop"
+        # As Pulsar's canChangeState: an instance out of range, or a change that changes
+        # nothing, is not permitted.
+        in_range = self.instance_id is None or 0 <= self.instance_id < parallelism
+        if not in_range or all((i in current.stopped) == stopping for i in ids):
+            raise RequestRefusedError("Operation not permitted")
+        stopped = (current.stopped | set(ids)) if stopping else (current.stopped - set(ids))
         return replace(current, stopped=frozenset(stopped))
 
 
 class FunctionManager:
-    """Applies function changes through the leader and waits for them locally."""
+    """Applies function changes through the leader and waits for them locally.
+
+    ``namespace_check``, when given, runs on the leader before a registration is written
+    (so a namespace deleted meanwhile cannot gain a function); without it the REST layer
+    checks before submitting, as Apache Pulsar does."""
 
     def __init__(
         self,
@@ -111,11 +120,12 @@ class FunctionManager:
         assignments: AssignmentManager,
         leader: LeaderService,
         timeout_s: float,
+        namespace_check: NamespaceCheck | None = None,
     ) -> None:
         self._metadata = metadata
-        self._assignments = assignments
         self._leader = leader
-        self._timeout = timeout_s
+        self._namespace_check = namespace_check
+        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s)
 
     def submit(
         self, change: FunctionChange, authorization: str | None = None
@@ -124,62 +134,27 @@ class FunctionManager:
 
         ``authorization`` (the caller's Authorization header) goes along when the change is
         forwarded, so the leader checks the same credentials."""
-        deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                return self._leader.write_function(change.fqfn, change.apply)
-            except NotLeaderError:
-                current = self._assignments.current
-                leads_elsewhere = current is not None and current.leader.worker_id != (
-                    self._leader.worker_id
-                )
-                if leads_elsewhere or time.monotonic() > deadline:
-                    break
-                # This worker is the leader on record but still taking over: wait for it.
-                time.sleep(0.1)
-        version = self._forward(change, authorization)
-        if not self._metadata.wait_for_version(change.fqfn, version, self._timeout):
-            raise ReplicationTimeoutError(
-                f"the change to {change.fqfn} was made but has not reached this worker "
-                f"within {self._timeout:.0f}s"
-            )
+        self._channel.submit(
+            lambda: self._write(change),
+            change.fqfn,
+            FORWARD_PATH,
+            change.to_json(),
+            authorization,
+        )
         return self._metadata.get(change.fqfn)
 
     def apply_forwarded(self, change: FunctionChange) -> int:
         """On the leader: apply a change another worker forwarded; the new version."""
-        self._leader.write_function(change.fqfn, change.apply)
+        self._write(change)
         return self._metadata.version_of(change.fqfn)
 
-    def _forward(self, change: FunctionChange, authorization: str | None) -> int:
-        current = self._assignments.current
-        if current is None or current.leader.worker_id == "":
-            raise LeaderUnavailableError("no leader is known yet; retry in a moment")
-        url = current.leader.admin_url.rstrip("/") + FORWARD_PATH
-        try:
-            headers = {"Authorization": authorization} if authorization else {}
-            response = httpx.post(
-                url, json=change.to_json(), headers=headers, timeout=self._timeout
-            )
-        except httpx.HTTPError as error:
-            raise LeaderUnavailableError(
-                f"the leader {current.leader.worker_id} at {current.leader.admin_url} cannot "
-                f"be reached: {error}"
-            ) from None
-        if response.status_code == 200:
-            return int(response.json()["version"])
-        reason = _reason(response)
-        errors: dict[int, type[WorkerError]] = {
-            401: AuthenticationError,
-            403: AuthorizationError,
-            404: FunctionNotFoundError,
-            409: FunctionExistsError,
-            503: LeaderUnavailableError,
-        }
-        raise errors.get(response.status_code, WorkerError)(reason)
+    def _write(self, change: FunctionChange) -> None:
+        check = self._namespace_check
 
+        def apply(current: FunctionRecord | None) -> FunctionRecord | None:
+            if check is not None and change.op == "register":
+                tenant, namespace, _ = change.fqfn.split("/")
+                check(tenant, namespace)
+            return change.apply(current)
 
-def _reason(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["reason"])
-    except (ValueError, KeyError, TypeError):
-        return f"the leader answered {response.status_code}: {response.text[:200]}"
+        self._leader.write_function(change.fqfn, apply)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from magnetar.worker.assignments import AssignmentManager, AssignmentRecord
 from magnetar.worker.exceptions import NotLeaderError
 from magnetar.worker.membership import Membership
-from magnetar.worker.metadata import FunctionRecord, MetadataManager
+from magnetar.worker.metadata import Entry, FunctionRecord, MetadataManager
 from magnetar.worker.model import WorkerInfo, instance_key
 from magnetar.worker.scheduler import Scheduler
 
@@ -89,6 +89,17 @@ class LeaderService:
         record = self._metadata.write(term, self._me.worker_id, fqfn, change, self._timeout)
         self.notify()
         return record
+
+    def write_entry(
+        self, kind: str, key: str, change: Callable[[Entry | None], Entry | None]
+    ) -> Entry | None:
+        """Replicate a change to a tenant or namespace; NotLeaderError on any other worker."""
+        term = self._term
+        if term is None:
+            raise NotLeaderError(f"{self._me.worker_id} is not the leader")
+        return self._metadata.write_entry(
+            term, self._me.worker_id, kind, key, change, self._timeout
+        )
 
     def rebalance(self) -> None:
         self._require_leader()

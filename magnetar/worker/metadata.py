@@ -7,6 +7,10 @@ empty value is a delete. Only the leader writes, and a new leader first writes a
 marker*: the first marker of a term makes its writer the term's owner, so a deposed
 leader's later records, and those of a rival that picked the same term, are discarded by
 everyone alike.
+
+Besides functions the topic carries *entries* of other kinds (tenants and namespaces, see
+``tenancy``): JSON values keyed by name, versioned and fenced by the same rules, so a
+namespace check and a function registration are decided in one order on every worker.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ __all__ = ["FunctionRecord", "MetadataManager"]
 log = logging.getLogger(__name__)
 
 _TERM_MARKER = "__term__"
+_FUNCTION = "function"
+
+Entry = dict[str, Any]
+"""The JSON value of a non-function entry (a tenant's info, a namespace's policies)."""
 
 
 @dataclass(frozen=True)
@@ -84,20 +92,38 @@ class FunctionRecord:
 @dataclass
 class _State:
     functions: dict[str, FunctionRecord] = field(default_factory=dict)
-    versions: dict[str, int] = field(default_factory=dict)  # deleted functions too
+    entries: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    """Kind -> key -> value."""
+    versions: dict[str, int] = field(default_factory=dict)  # deleted ones too
+    writers: dict[str, int] = field(default_factory=dict)
+    """The term of the record that set each version."""
     highest_term: int = 0
     term_owner: str = ""
 
 
+def _version_key(kind: str, key: str) -> str:
+    """Where a record's version is kept: a function by its FQFN, an entry by kind and key."""
+    return key if kind == _FUNCTION else f"{kind}:{key}"
+
+
 class MetadataManager(ReplicatedState):
-    """Replays the metadata topic; the leader also writes it."""
+    """Replays the metadata topic; the leader also writes it.
+
+    ``entries`` are the entries every worker starts with (the default tenant and namespaces),
+    at version 0: a written record replaces or deletes them like any other."""
 
     def __init__(
-        self, client: pulsar.Client, topic: str, on_change: Callable[[], None] | None = None
+        self,
+        client: pulsar.Client,
+        topic: str,
+        on_change: Callable[[], None] | None = None,
+        entries: dict[str, dict[str, Entry]] | None = None,
     ) -> None:
         super().__init__(client, topic, "metadata")
         self._on_change = on_change
-        self._state = _State()
+        self._state = _State(
+            entries={kind: dict(values) for kind, values in (entries or {}).items()}
+        )
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
 
@@ -111,6 +137,11 @@ class MetadataManager(ReplicatedState):
         with self._lock:
             return self._state.functions.get(fqfn)
 
+    def entries(self, kind: str) -> dict[str, Entry]:
+        """The entries of one kind (``tenant``, ``namespace``), by key."""
+        with self._lock:
+            return dict(self._state.entries.get(kind, {}))
+
     @property
     def highest_term(self) -> int:
         with self._lock:
@@ -122,12 +153,18 @@ class MetadataManager(ReplicatedState):
             return self._state.highest_term, self._state.term_owner
 
     def version_of(self, fqfn: str) -> int:
-        """The function's latest version, counting deletes."""
+        """The function's latest version, counting deletes (an entry's: ``entry_key``)."""
         with self._lock:
             return self._state.versions.get(fqfn, 0)
 
+    @staticmethod
+    def entry_key(kind: str, key: str) -> str:
+        """What ``version_of`` and ``wait_for_version`` take for an entry."""
+        return _version_key(kind, key)
+
     def wait_for_version(self, fqfn: str, version: int, timeout: float) -> bool:
-        """Wait until this worker has applied ``version`` (or later) of ``fqfn``."""
+        """Wait until this worker has applied ``version`` (or later) of ``fqfn`` (or of an
+        entry, named by ``entry_key``)."""
         deadline = time.monotonic() + timeout
         while self.version_of(fqfn) < version:
             if time.monotonic() > deadline:
@@ -161,17 +198,9 @@ class MetadataManager(ReplicatedState):
             current = self.get(fqfn)
             proposed = change(current)
             version = self.version_of(fqfn) + 1
-            now = int(time.time() * 1000)
-            properties = {
-                "type": "function",
-                "fqfn": fqfn,
-                "term": str(term),
-                "leader": leader_id,
-                "version": str(version),
-            }
-            if proposed is None:
-                self._publish(b"", properties, timeout)
-            else:
+            value = b""
+            if proposed is not None:
+                now = int(time.time() * 1000)
                 code_changed = current is None or (proposed.config, proposed.package) != (
                     current.config,
                     current.package,
@@ -186,16 +215,57 @@ class MetadataManager(ReplicatedState):
                         version if code_changed or current is None else current.config_version
                     ),
                 )
-                self._publish(json.dumps(record.to_json()).encode(), properties, timeout)
-            applied = self.get(fqfn)
-            accepted = self.version_of(fqfn) == version and (
-                applied is None
-                if proposed is None
-                else applied is not None and applied.term == term
+                value = json.dumps(record.to_json()).encode()
+            self._replicate(term, leader_id, _FUNCTION, fqfn, version, value, timeout)
+            return self.get(fqfn)
+
+    def write_entry(
+        self,
+        term: int,
+        leader_id: str,
+        kind: str,
+        key: str,
+        change: Callable[[Entry | None], Entry | None],
+        timeout: float,
+    ) -> Entry | None:
+        """``write`` for an entry: ``change`` maps the current value (None: absent) to the
+        new one (None: delete), or raises to refuse; it runs while writes are serialized, so
+        what it reads of this state stays true until the result is applied."""
+        with self._write_lock:
+            proposed = change(self.entries(kind).get(key))
+            version = self.version_of(_version_key(kind, key)) + 1
+            value = b"" if proposed is None else json.dumps(proposed).encode()
+            self._replicate(term, leader_id, kind, key, version, value, timeout)
+            return self.entries(kind).get(key)
+
+    def _replicate(
+        self,
+        term: int,
+        leader_id: str,
+        kind: str,
+        key: str,
+        version: int,
+        value: bytes,
+        timeout: float,
+    ) -> None:
+        """Publish one record and check that this worker applied it as written."""
+        identity = {"fqfn": key} if kind == _FUNCTION else {"key": key}
+        properties = {
+            "type": kind,
+            **identity,
+            "term": str(term),
+            "leader": leader_id,
+            "version": str(version),
+        }
+        self._publish(value, properties, timeout)
+        version_key = _version_key(kind, key)
+        with self._lock:
+            accepted = (
+                self._state.versions.get(version_key, 0) == version
+                and self._state.writers.get(version_key) == term
             )
-            if not accepted:
-                raise NotLeaderError(f"the write of {fqfn} was superseded by a newer leader")
-            return applied
+        if not accepted:
+            raise NotLeaderError(f"the write of {key} was superseded by a newer leader")
 
     # --- replay -------------------------------------------------------------------------
 
@@ -218,17 +288,25 @@ class MetadataManager(ReplicatedState):
                 return
             if term > state.highest_term:
                 state.highest_term, state.term_owner = term, leader
-            if properties.get("type") == _TERM_MARKER:
+            kind = properties.get("type", _FUNCTION)
+            if kind == _TERM_MARKER:
                 return
-            fqfn = properties["fqfn"]
+            key = properties["fqfn"] if kind == _FUNCTION else properties["key"]
+            version_key = _version_key(kind, key)
             version = int(properties["version"])
-            if version <= state.versions.get(fqfn, 0):
+            if version <= state.versions.get(version_key, 0):
                 return
-            state.versions[fqfn] = version
+            state.versions[version_key] = version
+            state.writers[version_key] = term
             data = message.data()
-            if data:
-                state.functions[fqfn] = FunctionRecord.from_json(json.loads(data))
+            if kind == _FUNCTION:
+                if data:
+                    state.functions[key] = FunctionRecord.from_json(json.loads(data))
+                else:
+                    state.functions.pop(key, None)
+            elif data:
+                state.entries.setdefault(kind, {})[key] = json.loads(data)
             else:
-                state.functions.pop(fqfn, None)
+                state.entries.get(kind, {}).pop(key, None)
         if self._on_change is not None:
             self._on_change()

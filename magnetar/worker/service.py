@@ -16,6 +16,7 @@ from magnetar.statestore import StateQueryService
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth, RoleAuthorizer, TokenAuthenticator, read_key
 from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime, broker_policies
+from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
@@ -28,6 +29,7 @@ from magnetar.worker.rest import RestServices, create_app
 from magnetar.worker.runtime import StateLayout, make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
+from magnetar.worker.tenancy import Tenancy, TenancyManager, default_entries
 from magnetar.worker.trigger import FunctionTrigger
 
 __all__ = ["WorkerService"]
@@ -49,7 +51,8 @@ class WorkerService:
         """Start every component; returns once the REST API is listening."""
         config = self.config
         me = WorkerInfo(config.worker_id, config.admin_url)
-        # With a broker admin API: the system namespace and its policies, before anything reads it.
+        # With a broker admin API: the system namespace and its policies, before anything reads
+        # it; the broker's tenants and namespaces are then the ones functions live in.
         self._policies = broker_policies(config)
         if self._policies is not None:
             self._policies.prepare_system_namespace(config)
@@ -59,7 +62,10 @@ class WorkerService:
             client, config.system_topic(config.packages_topic), config.data_dir / "packages"
         )
         self.metadata = MetadataManager(
-            client, config.system_topic(config.metadata_topic), on_change=self._on_metadata_change
+            client,
+            config.system_topic(config.metadata_topic),
+            on_change=self._on_metadata_change,
+            entries=default_entries(config.system_namespace, config.pulsar_functions_cluster),
         )
         self.assignments = AssignmentManager(
             client,
@@ -109,8 +115,25 @@ class WorkerService:
         self.reconciler = InstanceReconciler(
             config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
         )
+        tenancy: Tenancy
+        if self._policies is not None:
+            tenancy = BrokerTenancy(self._policies.admin)
+        else:
+            tenancy = TenancyManager(
+                self.metadata,
+                self.assignments,
+                self.leader,
+                config.pulsar_functions_cluster,
+                config.system_namespace,
+                config.request_timeout_s,
+            )
         self.functions = FunctionManager(
-            self.metadata, self.assignments, self.leader, config.request_timeout_s
+            self.metadata,
+            self.assignments,
+            self.leader,
+            config.request_timeout_s,
+            # checked on the leader as it writes, unless the broker keeps the namespaces
+            namespace_check=None if self._policies is not None else tenancy.check_namespace,
         )
         services = RestServices(
             config=config,
@@ -122,6 +145,7 @@ class WorkerService:
             packages=self.packages,
             instances=self.runtime,
             trigger=FunctionTrigger(client),
+            tenancy=tenancy,
             auth=_admin_auth(config),
             state=self.state,
         )

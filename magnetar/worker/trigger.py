@@ -34,17 +34,20 @@ class FunctionTrigger:
     def trigger(
         self, config: FunctionConfig, value: bytes, topic: str | None, timeout_s: float
     ) -> bytes | None:
-        """The function's output for ``value`` published to ``topic`` (default: its first
-        input); None when the function has no output topic. Raises TriggerTimeoutError when
-        no output arrives within ``timeout_s``."""
+        """The function's output for ``value`` published to ``topic`` (default: its only
+        input); None when the function has no output topic. Raises TriggerError (400) for a
+        topic that is not an input, or none given when there are several, and
+        TriggerTimeoutError (408) when no output arrives within ``timeout_s``; the reasons
+        are Apache Pulsar's."""
         inputs = list(config.input_serdes())
-        if not inputs:
-            raise TriggerError(
-                f"function {config.fqfn} reads a topics pattern only: pass the topic to publish to"
-                if topic is None
-                else f"{topic!r} is not an input topic of {config.fqfn}"
-            )
-        target = inputs[0] if topic is None else _input(topic, inputs, config.fqfn)
+        if topic is None:
+            if len(inputs) + len(config.input_patterns()) > 1:
+                raise TriggerError("Function in trigger function has more than 1 input topics")
+            if not inputs:
+                raise TriggerError("Function in trigger function has unidentified topic")
+            target = inputs[0]
+        else:
+            target = _input(topic, inputs)
         reader = None
         try:
             if config.output:
@@ -58,7 +61,7 @@ class FunctionTrigger:
                 producer.close()
             if reader is None:
                 return None
-            return _await_output(reader, target, sent, config.fqfn, timeout_s)
+            return _await_output(reader, target, sent, timeout_s)
         except pulsar.PulsarException as error:
             raise TriggerError(f"cannot trigger {config.fqfn}: {error}") from None
         finally:
@@ -66,19 +69,18 @@ class FunctionTrigger:
                 reader.close()
 
 
-def _input(topic: str, inputs: list[str], fqfn: str) -> str:
+def _input(topic: str, inputs: list[str]) -> str:
+    unidentified = TriggerError("Function in trigger function has unidentified topic")
     try:
         full = full_topic_name(topic)
-    except ValueError as error:
-        raise TriggerError(str(error)) from None
+    except ValueError:
+        raise unidentified from None
     if full not in inputs:
-        raise TriggerError(
-            f"{topic!r} is not an input topic of {fqfn} (its inputs: {', '.join(inputs)})"
-        )
+        raise unidentified
     return full
 
 
-def _await_output(reader: Any, topic: str, sent: Any, fqfn: str, timeout_s: float) -> bytes:
+def _await_output(reader: Any, topic: str, sent: Any, timeout_s: float) -> bytes:
     wanted = (sent.ledger_id(), sent.entry_id())
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -90,10 +92,7 @@ def _await_output(reader: Any, topic: str, sent: Any, fqfn: str, timeout_s: floa
         if properties.get(_INPUT_TOPIC) == topic and _source(properties) == wanted:
             data: bytes = message.data()
             return data
-    raise TriggerTimeoutError(
-        f"function {fqfn} gave no output for the trigger value within {timeout_s:.0f} s; "
-        "is it running (functions status)?"
-    )
+    raise TriggerTimeoutError("Request Timed Out")
 
 
 def _source(properties: dict[str, str]) -> tuple[int, int] | None:

@@ -119,7 +119,7 @@ def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> No
     target = non_leader(cluster, workers)
     started = time.monotonic()
     response = cluster.create(target, "quick", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3)
-    assert response.status_code == 200, response.text
+    assert response.status_code == 204, response.text
     wait_until(
         lambda: running(cluster, target, "quick") == 3,
         2.0 - (time.monotonic() - started) + 0.5,
@@ -138,9 +138,9 @@ def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda w: cluster.create(w, "twin", inputs=[topic]), workers[:2]))
     codes = sorted(a.status_code for a in answers)
-    assert codes == [200, 409], [a.text for a in answers]
-    conflict = next(a for a in answers if a.status_code == 409)
-    assert conflict.json()["reason"] == "function public/default/twin already exists"
+    assert codes == [204, 400], [a.text for a in answers]
+    conflict = next(a for a in answers if a.status_code == 400)
+    assert conflict.json()["reason"] == "Function twin already exists"
 
 
 def test_kill_a_non_leader_under_a_stream_loses_nothing(
@@ -157,7 +157,7 @@ def test_kill_a_non_leader_under_a_stream_loses_nothing(
             parallelism=3,
             subscriptionPosition="Earliest",
         ).status_code
-        == 200
+        == 204
     )
     wait_until(lambda: running(cluster, workers[0], "survivor") == 3, 10, "running")
     stream = Stream(cluster_client, topic)
@@ -193,7 +193,7 @@ def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
             parallelism=3,
             subscriptionPosition="Earliest",
         ).status_code
-        == 200
+        == 204
     )
     wait_until(lambda: running(cluster, workers[1], "phoenix") == 3, 10, "running")
     stream = Stream(cluster_client, topic)
@@ -218,7 +218,7 @@ def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) 
         cluster.create(
             workers[0], "spread", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=6
         ).status_code
-        == 200
+        == 204
     )
     wait_until(lambda: running(cluster, workers[0], "spread") == 6, 10, "running")
     victim = non_leader(cluster, workers)
@@ -235,7 +235,7 @@ def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) 
         10,
         "the worker rejoined",
     )
-    assert httpx.put(f"{victim.url}/admin/v2/worker/rebalance", timeout=10).status_code == 200
+    assert httpx.put(f"{victim.url}/admin/v2/worker/rebalance", timeout=10).status_code == 204
     wait_until(
         lambda: sorted(len(k) for k in cluster.assignments(witness).values()) == [2, 2, 2],
         10,
@@ -258,7 +258,7 @@ def test_a_paused_leader_cannot_corrupt_the_cluster(
             cluster.create(
                 others[0], "after-pause", inputs=[f"in-{uuid.uuid4().hex[:6]}"]
             ).status_code
-            == 200
+            == 204
         )
     finally:
         leader.process.send_signal(SIGCONT)
@@ -297,12 +297,12 @@ def test_a_paused_leader_cannot_corrupt_the_cluster(
 def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     topic = f"in-{uuid.uuid4().hex[:6]}"
-    assert cluster.create(workers[0], "durable", inputs=[topic], parallelism=2).status_code == 200
+    assert cluster.create(workers[0], "durable", inputs=[topic], parallelism=2).status_code == 204
     wait_until(lambda: running(cluster, workers[0], "durable") == 2, 10, "running")
     stop = httpx.post(
         f"{workers[1].url}/admin/v3/functions/public/default/durable/1/stop", timeout=10
     )
-    assert stop.status_code == 200, stop.text
+    assert stop.status_code == 204, stop.text
     wait_until(lambda: running(cluster, workers[0], "durable") == 1, 10, "instance 1 stopped")
     for worker in workers:
         worker.process.terminate()
@@ -319,7 +319,7 @@ def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> Non
 def test_a_crashed_instance_is_restarted_and_counted(cluster: Cluster) -> None:
     worker = cluster.start_worker("solo")
     assert (
-        cluster.create(worker, "fragile", inputs=[f"in-{uuid.uuid4().hex[:6]}"]).status_code == 200
+        cluster.create(worker, "fragile", inputs=[f"in-{uuid.uuid4().hex[:6]}"]).status_code == 204
     )
     wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running")
     instance_pids = instance_processes(worker)
@@ -346,12 +346,12 @@ def test_update_scales_and_restarts_and_delete_stops(
             output=f"{topic}-out",
             subscriptionPosition="Earliest",
         ).status_code
-        == 200
+        == 204
     )
     wait_until(lambda: running(cluster, worker, "evolving") == 1, 10, "running")
     base = f"{worker.url}/admin/v3/functions/public/default/evolving"
     scaled = httpx.put(base, data={"functionConfig": json.dumps({"parallelism": 3})}, timeout=30)
-    assert scaled.status_code == 200, scaled.text
+    assert scaled.status_code == 204, scaled.text
     wait_until(lambda: running(cluster, worker, "evolving") == 3, 10, "scaled to 3")
     new_code = "def process(input):\n    return input + '?'\n"
     updated = httpx.put(
@@ -360,7 +360,7 @@ def test_update_scales_and_restarts_and_delete_stops(
         files={"data": ("question.py", new_code.encode())},
         timeout=30,
     )
-    assert updated.status_code == 200, updated.text
+    assert updated.status_code == 204, updated.text
     producer = cluster_client.create_producer(topic)
     consumer = cluster_client.subscribe(
         f"{topic}-out", "check", initial_position=pulsar.InitialPosition.Earliest
@@ -374,7 +374,7 @@ def test_update_scales_and_restarts_and_delete_stops(
             return False
 
     wait_until(answered, 15, "the new code answering")
-    assert httpx.delete(base, timeout=30).status_code == 200
+    assert httpx.delete(base, timeout=30).status_code == 204
     assert httpx.get(base, timeout=10).status_code == 404
     wait_until(lambda: cluster.assignments(worker) == {}, 10, "no instance assigned")
     wait_until(lambda: instance_processes(worker) == [], 10, "instance processes gone")
@@ -386,7 +386,7 @@ def test_drain_moves_every_instance_off_a_worker(cluster: Cluster) -> None:
         cluster.create(
             workers[0], "movable", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3
         ).status_code
-        == 200
+        == 204
     )
     wait_until(lambda: running(cluster, workers[0], "movable") == 3, 10, "running")
     target = workers[2]
@@ -395,7 +395,7 @@ def test_drain_moves_every_instance_off_a_worker(cluster: Cluster) -> None:
         params={"workerId": target.worker_id},
         timeout=10,
     )
-    assert drained.status_code == 200, drained.text
+    assert drained.status_code == 204, drained.text
     wait_until(lambda: target.worker_id not in cluster.assignments(workers[0]), 10, "drained")
     status = cluster.get(workers[0], f"/admin/v2/worker/leader/drain?workerId={target.worker_id}")
     assert status == {"workerId": target.worker_id, "status": "SUCCESS", "instancesLeft": 0}
@@ -406,7 +406,7 @@ def test_errors_name_the_cause(cluster: Cluster) -> None:
     worker = cluster.start_worker("solo")
     missing = httpx.get(f"{worker.url}/admin/v3/functions/public/default/nope/status", timeout=10)
     assert missing.status_code == 404
-    assert missing.json() == {"reason": "function public/default/nope doesn't exist"}
+    assert missing.json() == {"reason": "Function nope doesn't exist"}
     invalid = cluster.create(worker, "bad", inputs=["same"], output="same")
     assert invalid.status_code == 400
     assert "is also an input topic" in invalid.json()["reason"]

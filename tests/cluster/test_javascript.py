@@ -66,7 +66,7 @@ def test_javascript_function_runs_on_a_worker(
         parallelism=2,
         subscriptionPosition="Earliest",
     )
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     config = cluster.get(worker, "/admin/v3/functions/public/default/excl-js")
     assert config["js"] == "exclamation.js" and "py" not in config  # runtime: JAVASCRIPT
     wait_until(lambda: running(cluster, worker, "excl-js") == 2, 30, "two instances running")
@@ -134,7 +134,7 @@ def test_thrown_errors_and_timeouts_show_in_status_and_the_instance_runs_on(
         processingGuarantees="ATMOST_ONCE",
         subscriptionPosition="Earliest",
     )
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     wait_until(lambda: running(cluster, worker, "fragile-js") == 1, 30, "instance running")
     send(cluster_client, topic, ["a", "boom", "hang", "b"])
     assert receive(cluster_client, f"{topic}-out", 2) == ["A", "B"]
@@ -163,7 +163,7 @@ def test_word_count_with_counters_on_a_worker(
         output=f"{topic}-out",
         subscriptionPosition="Earliest",
     )
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     wait_until(lambda: running(cluster, worker, "wc-js") == 1, 30, "instance running")
     lines = [f"the fox n{i % 7} the end" for i in range(200)]
     send(cluster_client, topic, lines)

@@ -46,7 +46,7 @@ def test_standalone_runs_a_usable_cluster_and_stops_on_ctrl_c(tmp_path) -> None:
             files={"data": ("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())},
             timeout=30,
         )
-        assert created.status_code == 200, created.text
+        assert created.status_code == 204, created.text
         wait_until(
             lambda: (
                 httpx.get(f"{urls[1]}/admin/v3/functions/public/default/hello/status").json()[

@@ -226,7 +226,7 @@ class HostCluster:
             files={"data": (code.name, code.read_bytes())},
             timeout=60,
         )
-        assert response.status_code in (200, 204), f"create {name}: {response.text}"
+        assert response.status_code == 204, f"create {name}: {response.text}"
 
     def running_instances(self, name: str) -> int:
         status = self.get(f"/admin/v3/functions/public/default/{name}/status")

@@ -4,9 +4,11 @@ state, lose a worker, and the broker policies the workers set through the admin 
 from __future__ import annotations
 
 import functools
+import json
 import textwrap
 from pathlib import Path
 
+import httpx
 import pulsar
 import pytest
 
@@ -169,3 +171,44 @@ def test_workers_set_the_broker_policies_through_the_admin_api(
     produce(pulsar_client, f"{topic}-in", [f"m{i}" for i in range(20)])
     outputs = consume(pulsar_client, f"{topic}-out", lambda got: len(got) >= 20)
     assert texts(outputs) == [f"m{i}!" for i in range(20)]  # in order, each once
+
+
+def test_tenants_and_namespaces_are_the_brokers(host_cluster: HostCluster, topic: str) -> None:
+    worker = host_cluster.start(1)[0]
+    broker = host_cluster.broker
+
+    def call(method: str, path: str, **kwargs: object) -> httpx.Response:
+        return httpx.request(method, worker.url + path, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+    assert (
+        call("GET", "/admin/v2/tenants").json() == broker.admin("GET", "/admin/v2/tenants").json()
+    )
+    tenant = f"t-{topic}"
+    info = {"adminRoles": [], "allowedClusters": call("GET", "/admin/v2/clusters").json()}
+    assert call("PUT", f"/admin/v2/tenants/{tenant}", json=info).status_code == 204
+    assert broker.admin("GET", f"/admin/v2/tenants/{tenant}").status_code == 200
+    again = call("PUT", f"/admin/v2/tenants/{tenant}", json=info)
+    assert again.status_code == 409  # the broker's answer, relayed
+    assert call("PUT", f"/admin/v2/namespaces/{tenant}/ns").status_code == 204
+    assert f"{tenant}/ns" in broker.admin("GET", f"/admin/v2/namespaces/{tenant}").json()
+
+    code = {"data": ("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())}
+    config = {"className": "exclamation.ExclamationFunction", "inputs": [f"{topic}-in"]}
+    for fqfn, reason in [
+        (f"ghost-{topic}/ns/f", "Tenant does not exist"),
+        (f"{tenant}/ghost/f", "Namespace does not exist"),
+    ]:
+        refused = call(
+            "POST",
+            f"/admin/v3/functions/{fqfn}",
+            data={"functionConfig": json.dumps(config)},
+            files=code,
+        )
+        assert (refused.status_code, refused.json()) == (400, {"reason": reason})
+    created = call(
+        "POST",
+        f"/admin/v3/functions/{tenant}/ns/f",
+        data={"functionConfig": json.dumps(config)},
+        files=code,
+    )
+    assert created.status_code == 204, created.text

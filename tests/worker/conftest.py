@@ -1,4 +1,5 @@
-"""Fixtures for the worker's runtime tests: instance specs and started runtime managers."""
+"""Fixtures for the worker's tests: instance specs, started runtime managers, and workers
+running in this process."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pulsar
 import pytest
 
+from magnetar.broker import find_free_port
 from magnetar.instance import FunctionConfig
+from magnetar.worker.config import WorkerConfig
 from magnetar.worker.runtime import InstanceSpec, ProcessRuntime, Runtime
 from magnetar.worker.runtime_manager import RuntimeManager
+from magnetar.worker.service import WorkerService
 from tests.conftest import EXAMPLES
 
 WORKER_ID = "test-worker"
@@ -99,3 +104,64 @@ def receive_until(
     finally:
         consumer.close()
     return received
+
+
+class InProcessCluster:
+    """Workers in this process (thread runtime) on the session broker, sharing a system
+    namespace of their own: the REST API as a client sees it, with a leader to forward to."""
+
+    def __init__(self, broker_url: str, root: Path, size: int = 2, **settings: Any) -> None:
+        self.broker_url = broker_url
+        self.root = root
+        self.settings = {"system_namespace": f"public/t{uuid.uuid4().hex[:8]}", **settings}
+        self.workers: list[WorkerService] = []
+        for index in range(size):
+            self.start_worker(f"w{index}")
+        self.wait_ready()
+
+    def start_worker(self, worker_id: str) -> WorkerService:
+        config = WorkerConfig(
+            worker_id=worker_id,
+            broker_url=self.broker_url,
+            http_port=find_free_port(),
+            data_dir=self.root / worker_id,
+            runtime="thread",
+            **self.settings,
+        )
+        service = WorkerService(config).start()
+        self.workers.append(service)
+        return service
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not all(self._ready(w) for w in self.workers):
+            assert time.monotonic() < deadline, "the workers did not become ready"
+            time.sleep(0.05)
+
+    @staticmethod
+    def _ready(worker: WorkerService) -> bool:
+        url = worker.config.admin_url + "/admin/v2/worker/cluster/leader/ready"
+        return httpx.get(url, timeout=5).status_code == 200
+
+    def url(self, role: str) -> str:
+        """The admin URL of the ``leader`` or of a ``follower``."""
+        leader = httpx.get(
+            self.workers[0].config.admin_url + "/admin/v2/worker/cluster/leader", timeout=5
+        ).json()["workerId"]
+        chosen = [w for w in self.workers if (w.config.worker_id == leader) == (role == "leader")]
+        return chosen[0].config.admin_url
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop(drain=False)
+        self.workers.clear()
+
+
+@pytest.fixture(scope="module")
+def rest_cluster(
+    broker_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcessCluster]:
+    """Two in-process workers for one test module."""
+    cluster = InProcessCluster(broker_url, tmp_path_factory.mktemp("rest"), request_timeout_s=4)
+    yield cluster
+    cluster.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 import pulsar
 import pytest
@@ -15,6 +16,25 @@ from magnetar.worker.metadata import FunctionRecord, MetadataManager
 
 def record(fqfn: str, **fields: object) -> bytes:
     return json.dumps(FunctionRecord(fqfn, {"inputs": ["x"], **fields}, None).to_json()).encode()
+
+
+def concurrently(write: Callable[[], object], times: int = 4) -> list[str]:
+    """Run ``write`` on ``times`` threads at once: "created" or "conflict" for each."""
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        try:
+            write()
+            outcomes.append("created")
+        except FunctionExistsError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=attempt) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
 
 
 def send(producer: pulsar.Producer, value: bytes, **properties: str) -> None:
@@ -133,20 +153,7 @@ def test_leader_writes_are_serialized_and_read_back(
                 raise FunctionExistsError("exists")
             return FunctionRecord("t/n/once", {"inputs": ["x"]}, None)
 
-        outcomes: list[str] = []
-
-        def attempt() -> None:
-            try:
-                manager.write(1, "me", "t/n/once", create, 10)
-                outcomes.append("created")
-            except FunctionExistsError:
-                outcomes.append("conflict")
-
-        threads = [threading.Thread(target=attempt) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        outcomes = concurrently(lambda: manager.write(1, "me", "t/n/once", create, 10))
         assert sorted(outcomes) == ["conflict", "conflict", "conflict", "created"]
         applied = manager.get("t/n/once")
         assert applied is not None and applied.version == 1 and applied.config_version == 1
@@ -175,3 +182,57 @@ def test_tailer_catches_up_on_an_empty_topic_and_after_writes(
         assert seen == [f"r{i}".encode() for i in range(50)]  # each once, in order
     finally:
         tailer.stop()
+
+
+def test_entries_start_from_the_defaults_and_follow_records(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    defaults = {"tenant": {"public": {"allowedClusters": ["standalone"]}}}
+    producer = client.create_producer(metadata_topic, batching_enabled=False)
+    send(producer, b"", type="__term__", term="1", leader="w1")
+    send(
+        producer,
+        b'{"allowedClusters": ["c"]}',
+        type="tenant",
+        key="acme",
+        term="1",
+        leader="w1",
+        version="1",
+    )
+    send(producer, b"", type="tenant", key="public", term="1", leader="w1", version="1")
+    send(producer, b'{"x": 1}', type="namespace", key="acme/a", term="1", leader="w1", version="1")
+    manager = MetadataManager(client, metadata_topic, entries=defaults)
+    manager.start()
+    try:
+        assert manager.wait_caught_up(10)
+        assert manager.entries("tenant") == {"acme": {"allowedClusters": ["c"]}}
+        assert manager.entries("namespace") == {"acme/a": {"x": 1}}
+        assert manager.functions() == {}  # entries are no functions
+        assert manager.version_of(MetadataManager.entry_key("tenant", "public")) == 1
+    finally:
+        manager.stop()
+
+
+def test_an_entry_write_is_decided_while_writes_are_serialized(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    manager = replay(client, metadata_topic)
+    try:
+        assert manager.mark_term(1, "me", 10)
+
+        def create(current: dict[str, object] | None) -> dict[str, object]:
+            if current is not None:
+                raise FunctionExistsError("exists")
+            return {"made": True}
+
+        outcomes = concurrently(lambda: manager.write_entry(1, "me", "tenant", "once", create, 10))
+        assert sorted(outcomes) == ["conflict", "conflict", "conflict", "created"]
+        assert manager.write_entry(1, "me", "tenant", "once", lambda current: None, 10) is None
+        replica = replay(client, metadata_topic)
+        try:
+            assert replica.entries("tenant") == {}
+            assert replica.version_of(MetadataManager.entry_key("tenant", "once")) == 2
+        finally:
+            replica.stop()
+    finally:
+        manager.stop()

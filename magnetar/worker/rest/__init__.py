@@ -14,6 +14,7 @@ from magnetar.worker.rest.limits import BodyLimit
 from magnetar.worker.rest.metrics import metrics_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
 from magnetar.worker.rest.state import state_router
+from magnetar.worker.rest.tenants import tenants_router
 from magnetar.worker.rest.trigger import trigger_router
 
 __all__ = ["InstanceStatuses", "RestServices", "create_app"]
@@ -39,6 +40,7 @@ def create_app(services: RestServices) -> FastAPI:
     app.include_router(instances_router)
     app.include_router(trigger_router)
     app.include_router(metrics_router)
+    app.include_router(tenants_router)
 
     @app.get("/version", tags=["worker"])
     def version() -> dict[str, str]:

@@ -1,7 +1,9 @@
 """Checking every admin request's token and role (when the worker has authentication on).
 
-One dependency on the whole app: routes under ``/admin/v3/functions/{tenant}/...`` need an
-admin of that tenant (or a superuser), every other admin path a superuser. Readiness,
+One dependency on the whole app: routes under ``/admin/v3/functions/{tenant}/...`` and
+``/admin/v2/namespaces/{tenant}/...`` need an admin of that tenant (or a superuser), every
+other admin path (tenants among them) a superuser. A role that may not answers 401 with
+Apache Pulsar's reason for that path (its functions worker and broker say 401, not 403). Readiness,
 ``/version`` and ``/metrics`` stay open (health checks and scrapers carry no token, as with
 Pulsar's defaults). The path a worker forwards a function change on checks the tenant of the
 change itself, with the caller's token that came along.
@@ -11,26 +13,47 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from magnetar.worker.exceptions import AuthorizationError
+from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
-__all__ = ["authorize_request", "caller_role"]
+__all__ = ["authorize_request", "caller_role", "not_authorized"]
 
 _OPEN_PATHS = frozenset({"/version", "/metrics", "/admin/v2/worker/cluster/leader/ready"})
-_FUNCTIONS = "/admin/v3/functions/"
+_TENANT_PATHS = ("/admin/v3/functions/", "/admin/v2/namespaces/")
 
 
 def authorize_request(request: Request) -> None:
-    """FastAPI dependency: 401 without a valid token, 403 when the role may not do this."""
+    """FastAPI dependency: 401 without a valid token, or when the role may not do this."""
     auth = services(request).auth
-    if auth is None or request.url.path in _OPEN_PATHS:
+    path = request.url.path
+    if auth is None or path in _OPEN_PATHS:
         return
     role = auth.authenticator.role(request.headers.get("authorization"))
     request.state.role = role
     tenant = request.path_params.get("tenant")
-    if request.url.path.startswith(_FUNCTIONS) and tenant is not None:
-        auth.authorizer.require_tenant(role, tenant)
-    elif not request.url.path.startswith("/admin/v2/worker/internal/"):
-        auth.authorizer.require_superuser(role)
+    try:
+        if path.startswith(_TENANT_PATHS) and tenant is not None:
+            auth.authorizer.require_tenant(role, tenant)
+        elif not path.startswith("/admin/v2/worker/internal/"):
+            auth.authorizer.require_superuser(role)
+    except AuthorizationError:
+        raise not_authorized(path, request.method) from None
+
+
+def not_authorized(path: str, method: str) -> ApiError:
+    """Pulsar's refusal of a role that may not call ``path``."""
+    if path.startswith("/admin/v2/namespaces/"):
+        reason = "Don't have permission to administrate resources on this tenant"
+    elif path.startswith(("/admin/v2/tenants", "/admin/v2/clusters")):
+        reason = "This operation requires super-user access"
+    elif path.endswith("/drain") and method == "GET":
+        reason = "Client is not authorized to get the status of a drain operation"
+    elif path.endswith("/drain"):
+        reason = "Client is not authorized to perform drain operation"
+    else:
+        reason = "Client is not authorized to perform operation"
+    return ApiError(401, reason)
 
 
 def caller_role(request: Request) -> str | None:

@@ -1,5 +1,6 @@
 """The worker paths under ``/admin/v2/worker``: membership, leader, assignments, rebalance,
-drain; plus the internal path a non-leader forwards function changes to."""
+drain; plus the internal paths a non-leader forwards function, tenant and namespace changes
+to."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Query, Request
 
-from magnetar.worker.exceptions import NotLeaderError
+from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
-from magnetar.worker.rest.auth import caller_role
+from magnetar.worker.rest.auth import caller_role, not_authorized
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import call_leader, leader
 from magnetar.worker.rest.peers import services as _services
+from magnetar.worker.tenancy import FORWARD_PATH as TENANCY_FORWARD_PATH
+from magnetar.worker.tenancy import TenancyChange
 
 __all__ = ["cluster_router"]
 
@@ -63,7 +66,7 @@ def get_assignments(request: Request) -> dict[str, list[str]]:
     return result
 
 
-@cluster_router.put("/rebalance")
+@cluster_router.put("/rebalance", status_code=204)
 def rebalance(request: Request) -> None:
     services = _services(request)
     try:
@@ -76,8 +79,7 @@ def _drain(request: Request, worker_id: str) -> None:
     services = _services(request)
     current = services.assignments.current
     if current is not None and worker_id not in {w.worker_id for w in current.workers}:
-        members = ", ".join(sorted(w.worker_id for w in current.workers))
-        raise ApiError(404, f"worker {worker_id!r} is not in the cluster (members: {members})")
+        raise ApiError(400, f"Worker {worker_id} is not among the current workers in the system")
     try:
         services.leader.drain(worker_id)
     except NotLeaderError:
@@ -92,7 +94,7 @@ def _drain_status(request: Request, worker_id: str) -> dict[str, Any]:
     return {"workerId": worker_id, "status": status, "instancesLeft": left}
 
 
-@cluster_router.put("/leader/drain")
+@cluster_router.put("/leader/drain", status_code=204)
 def drain(request: Request, worker_id: str = Query(alias="workerId")) -> None:
     """Move every instance off ``workerId`` and give it no new ones."""
     _drain(request, worker_id)
@@ -104,7 +106,7 @@ def drain_status(request: Request, worker_id: str = Query(alias="workerId")) -> 
     return _drain_status(request, worker_id)
 
 
-@cluster_router.put("/drain")
+@cluster_router.put("/drain", status_code=204)
 def drain_this_worker(request: Request) -> None:
     """Drain the worker that receives this request."""
     _drain(request, _services(request).config.worker_id)
@@ -126,5 +128,33 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
         raise ApiError(400, f"malformed function change: {error}") from None
     role = caller_role(request)
     if services.auth is not None and role is not None:
-        services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
+        try:
+            services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
+        except AuthorizationError:
+            raise not_authorized("/admin/v3/functions/", "POST") from None
     return {"version": services.functions.apply_forwarded(forwarded)}
+
+
+@cluster_router.post(TENANCY_FORWARD_PATH.removeprefix("/admin/v2/worker"), include_in_schema=False)
+def forwarded_tenancy_change(
+    request: Request, change: Annotated[dict[str, Any], Body()]
+) -> dict[str, int]:
+    """A tenant or namespace change forwarded by a worker that is not the leader."""
+    services = _services(request)
+    tenancy = services.replicated_tenancy
+    if tenancy is None:
+        raise ApiError(400, "this cluster's tenants and namespaces are the broker's")
+    try:
+        forwarded = TenancyChange.from_json(change)
+    except (KeyError, TypeError) as error:
+        raise ApiError(400, f"malformed tenancy change: {error}") from None
+    role = caller_role(request)
+    if services.auth is not None and role is not None:
+        try:
+            if forwarded.kind == "tenant":
+                services.auth.authorizer.require_superuser(role)
+            else:
+                services.auth.authorizer.require_tenant(role, forwarded.name.split("/", 1)[0])
+        except AuthorizationError:
+            raise not_authorized(f"/admin/v2/{forwarded.kind}s/", "POST") from None
+    return {"version": tenancy.apply_forwarded(forwarded)}

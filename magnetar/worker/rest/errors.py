@@ -12,13 +12,11 @@ from magnetar.instance.exceptions import FunctionLoadError, InvalidFunctionConfi
 from magnetar.worker.exceptions import (
     AuthenticationError,
     AuthorizationError,
-    FunctionExistsError,
-    FunctionNotFoundError,
+    BrokerAdminError,
     LeaderUnavailableError,
     NotLeaderError,
     ReplicationTimeoutError,
-    TriggerError,
-    TriggerTimeoutError,
+    RequestRefusedError,
 )
 
 __all__ = ["ApiError", "install_error_handlers"]
@@ -26,15 +24,12 @@ __all__ = ["ApiError", "install_error_handlers"]
 _STATUS: list[tuple[type[MagnetarError], int]] = [
     (InvalidFunctionConfigError, 400),
     (FunctionLoadError, 400),
-    (TriggerError, 400),
     (AuthenticationError, 401),
-    (AuthorizationError, 403),
-    (TriggerTimeoutError, 408),
-    (FunctionNotFoundError, 404),
-    (FunctionExistsError, 409),
+    (AuthorizationError, 401),  # as Pulsar answers a role that may not
     (NotLeaderError, 503),
     (LeaderUnavailableError, 503),
     (ReplicationTimeoutError, 503),
+    (BrokerAdminError, 503),
 ]
 
 
@@ -58,6 +53,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(MagnetarError)
     async def magnetar_error(request: Request, error: MagnetarError) -> JSONResponse:
+        if isinstance(error, RequestRefusedError):
+            return _json(error.status_code, error.reason)
         for kind, status_code in _STATUS:
             if isinstance(error, kind):
                 response = _json(status_code, str(error))

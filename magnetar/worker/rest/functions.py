@@ -1,5 +1,6 @@
 """Apache Pulsar's Functions v3 paths for the functions themselves: register, update,
-delete, get and list."""
+delete, get and list, answering as Pulsar's FunctionsImpl does: success without a body
+(204), refusals with its status codes and reasons."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
 from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
+from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundError
+from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
 from magnetar.worker.rest.errors import ApiError
@@ -36,26 +39,26 @@ def _credentials(request: Request) -> str | None:
     return request.headers.get("authorization")
 
 
-def _record(services: RestServices, fqfn: str) -> FunctionRecord:
+def _record(services: RestServices, fqfn: str, missing_status: int = 404) -> FunctionRecord:
     record = services.metadata.get(fqfn)
     if record is None:
-        raise ApiError(404, f"function {fqfn} doesn't exist")
+        name = fqfn.rsplit("/", 1)[-1]
+        raise FunctionNotFoundError(f"Function {name} doesn't exist", missing_status)
     return record
 
 
-def _config(raw: str, tenant: str, namespace: str, name: str) -> dict[str, Any]:
+def _config(raw: str | None, tenant: str, namespace: str, name: str) -> dict[str, Any]:
+    """The functionConfig part; the path's tenant, namespace and name take precedence over
+    the ones it holds, as in Pulsar."""
+    if raw is None:
+        raise ApiError(400, "Function config is not provided")
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as error:
         raise ApiError(400, f"functionConfig is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "functionConfig must be a JSON object")
-    for field, value in (("tenant", tenant), ("namespace", namespace), ("name", name)):
-        if data.setdefault(field, value) != value:
-            raise ApiError(
-                400, f"functionConfig {field} {data[field]!r} does not match the path ({value!r})"
-            )
-    return data
+    return {**data, "tenant": tenant, "namespace": namespace, "name": name}
 
 
 async def _code(
@@ -89,8 +92,9 @@ def _fetch(url: str, limit: int, allow_files: bool) -> bytes:
         except OSError as error:
             raise ApiError(400, f"cannot read the package {url}: {error.strerror}") from None
     if scheme not in ("http", "https"):
-        allowed = "http, https or file" if allow_files else "http or https"
-        raise ApiError(400, f"the package url must be {allowed}, not {url!r}")
+        # Pulsar's words (its missing space included); without file: when authenticating
+        allowed = "http/https/file" if allow_files else "http/https"
+        raise ApiError(400, f"Function Package url is not valid.supported url ({allowed})")
     try:
         with httpx.stream("GET", url, timeout=30, follow_redirects=True) as response:
             if response.status_code != 200:
@@ -152,13 +156,13 @@ _URL_PART = Form(
 )
 
 
-@functions_router.post("/{tenant}/{namespace}/{name}")
+@functions_router.post("/{tenant}/{namespace}/{name}", status_code=204)
 async def register(
     request: Request,
     tenant: str,
     namespace: str,
     name: str,
-    function_config: Annotated[str, _CONFIG_PART],
+    function_config: Annotated[str | None, _CONFIG_PART] = None,
     data: Annotated[UploadFile | None, _DATA_PART] = None,
     url: Annotated[str | None, _URL_PART] = None,
 ) -> None:
@@ -167,35 +171,48 @@ async def register(
     services = _services(request)
     fqfn = f"{tenant}/{namespace}/{name}"
     config = _config(function_config, tenant, namespace, name)
+    await run_in_threadpool(services.tenancy.check_namespace, tenant, namespace)
     if services.metadata.get(fqfn) is not None:
-        raise ApiError(409, f"function {fqfn} already exists")
+        raise FunctionExistsError(f"Function {name} already exists")
     FunctionConfig.parse(_with_code(config))
     code = await _code(services, data, url)
     if code is None:
-        raise ApiError(400, "the function's code is missing: send it as data (a file) or url")
+        raise ApiError(400, "Function Package is not provided")
     package = await _package(services, *code, config)
     FunctionConfig.parse(config)
     change = FunctionChange("register", fqfn, config, package)
     await run_in_threadpool(services.functions.submit, change, _credentials(request))
 
 
-@functions_router.put("/{tenant}/{namespace}/{name}")
+@functions_router.put("/{tenant}/{namespace}/{name}", status_code=204)
 async def update(
     request: Request,
     tenant: str,
     namespace: str,
     name: str,
-    function_config: Annotated[str, _CONFIG_PART],
+    function_config: Annotated[str | None, _CONFIG_PART] = None,
     data: Annotated[UploadFile | None, _DATA_PART] = None,
     url: Annotated[str | None, _URL_PART] = None,
     update_options: Annotated[str | None, Form(alias="updateOptions")] = None,
 ) -> None:
-    """Update a function's config and, with ``data`` or ``url``, its code. Fields left out of
-    ``functionConfig`` keep their values (``updateOptions`` is accepted and ignored)."""
+    """Update a function: fields given in ``functionConfig`` change as Pulsar's update rules
+    allow, with ``data`` or ``url`` its code too. An update that changes nothing is refused
+    (400 "Update contains no change"), as in Pulsar."""
     services = _services(request)
     fqfn = f"{tenant}/{namespace}/{name}"
-    current = _record(services, fqfn)
-    config = {**current.config, **_config(function_config, tenant, namespace, name)}
+    requested = _config(function_config, tenant, namespace, name)
+    current = _record(services, fqfn, missing_status=400)
+    unknown = unknown_fields(requested)
+    if unknown:
+        raise ApiError(400, f"invalid function config: {', '.join(unknown)}: unknown field")
+    config = merge_update(current.config, requested)
+    new_code = data is not None or bool(url)
+    if (
+        not new_code
+        and not _updates_auth_data(update_options)
+        and not changes_anything(current.config, config)
+    ):
+        raise ApiError(400, "Update contains no change")
     code = await _code(services, data, url)
     package = await _package(services, *code, config) if code is not None else None
     FunctionConfig.parse(config)
@@ -206,7 +223,17 @@ async def update(
     )
 
 
-@functions_router.delete("/{tenant}/{namespace}/{name}")
+def _updates_auth_data(raw: str | None) -> bool:
+    """Whether ``updateOptions`` asks to update the auth data (an update in itself for
+    Pulsar, though Magnetar keeps none)."""
+    try:
+        options = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        raise ApiError(400, "updateOptions is not valid JSON") from None
+    return isinstance(options, dict) and options.get("updateAuthData") is True
+
+
+@functions_router.delete("/{tenant}/{namespace}/{name}", status_code=204)
 def delete(
     request: Request,
     tenant: str,

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from magnetar.instance.metrics import MetricsSnapshot, WindowCounts
+from magnetar.worker.exceptions import FunctionNotFoundError
 from magnetar.worker.functions import FunctionChange, Operation
 from magnetar.worker.metadata import FunctionRecord
 from magnetar.worker.model import instance_key
@@ -28,11 +29,10 @@ _INSTANCE = "/{tenant}/{namespace}/{name}/{instance_id:int}"
 
 
 def function_record(found: RestServices, tenant: str, namespace: str, name: str) -> FunctionRecord:
-    """The function's record; 404 when there is none."""
-    fqfn = f"{tenant}/{namespace}/{name}"
-    record = found.metadata.get(fqfn)
+    """The function's record; 404 "Function {name} doesn't exist" when there is none."""
+    record = found.metadata.get(f"{tenant}/{namespace}/{name}")
     if record is None:
-        raise ApiError(404, f"function {fqfn} doesn't exist")
+        raise FunctionNotFoundError(f"Function {name} doesn't exist")
     return record
 
 
@@ -41,11 +41,8 @@ def _instance_ids(record: FunctionRecord, instance_id: int | None) -> list[int]:
     if instance_id is None:
         return list(range(parallelism))
     if not 0 <= instance_id < parallelism:
-        raise ApiError(
-            404,
-            f"function {record.fqfn} has no instance {instance_id} "
-            f"(parallelism {parallelism}: instances 0 to {parallelism - 1})",
-        )
+        name = record.fqfn.rsplit("/", 1)[-1]
+        raise ApiError(400, f"Function {name} doesn't have instance with id {instance_id}")
     return [instance_id]
 
 
@@ -67,7 +64,7 @@ def _snapshot_or_reason(
     if instance_id in record.stopped:
         return "stopped"
     if owner is None:
-        return "not assigned to any worker"
+        return "Function has not been scheduled"
     if owner == found.config.worker_id:
         snapshot = found.instances.status(instance_key(record.fqfn, instance_id))
         return "starting" if snapshot is None else snapshot
@@ -190,26 +187,29 @@ def _idle(instance_id: int) -> MetricsSnapshot:
 def _run_state(
     request: Request, tenant: str, namespace: str, name: str, op: Operation, instance_id: int | None
 ) -> None:
+    """Start or stop; the leader refuses what changes nothing (400 "Operation not
+    permitted"), as Pulsar does."""
     found = services(request)
     record = function_record(found, tenant, namespace, name)
-    if instance_id is not None:
-        _instance_ids(record, instance_id)
     change = FunctionChange(op, record.fqfn, instance_id=instance_id)
     found.functions.submit(change, request.headers.get("authorization"))
 
 
 def _restart(request: Request, record: FunctionRecord, instance_id: int | None) -> None:
-    """Restart the instances that run (a stopped one stays stopped), each by its worker."""
+    """Restart the instances that run, each by its worker; a stopped one stays stopped (as
+    in Pulsar, where restarting it does nothing)."""
     found = services(request)
-    ids = _instance_ids(record, instance_id)
-    if instance_id is not None and instance_id in record.stopped:
-        raise ApiError(400, f"instance {instance_id} of {record.fqfn} is stopped: start it instead")
-    for i in ids:
-        if i in record.stopped:
-            continue
-        owner = _owner(found, record, i)
-        if owner is None:
-            raise ApiError(503, f"instance {i} of {record.fqfn} is not assigned to a worker yet")
+    parallelism = record.function_config().parallelism
+    ids = [instance_id] if instance_id is not None else list(range(parallelism))
+    running = [i for i in ids if i not in record.stopped]
+    owners = {i: owner for i in running if (owner := _owner(found, record, i)) is not None}
+    # Pulsar's answers where it finds no assignment: for one instance (out of range, or
+    # not scheduled yet) and for a function none of whose instances is scheduled
+    if instance_id is not None and (instance_id >= parallelism or (running and not owners)):
+        raise ApiError(400, f"{record.fqfn}/{instance_id} doesn't exist")
+    if instance_id is None and running and not owners:
+        raise ApiError(400, f"{record.fqfn} has not been assigned yet")
+    for i, owner in owners.items():
         if owner == found.config.worker_id:
             if not found.instances.restart(instance_key(record.fqfn, i)):
                 raise ApiError(503, f"instance {i} of {record.fqfn} is not running here yet")
@@ -218,39 +218,39 @@ def _restart(request: Request, record: FunctionRecord, instance_id: int | None) 
         raise_for_answer(call_worker(request, owner, "POST", path))
 
 
-@instances_router.post(_FUNCTION + "/start")
+@instances_router.post(_FUNCTION + "/start", status_code=204)
 def start(request: Request, tenant: str, namespace: str, name: str) -> None:
     """Start every instance (kept in the metadata, so it survives restarts)."""
     _run_state(request, tenant, namespace, name, "start", None)
 
 
-@instances_router.post(_INSTANCE + "/start")
+@instances_router.post(_INSTANCE + "/start", status_code=204)
 def start_instance(
     request: Request, tenant: str, namespace: str, name: str, instance_id: int
 ) -> None:
     _run_state(request, tenant, namespace, name, "start", instance_id)
 
 
-@instances_router.post(_FUNCTION + "/stop")
+@instances_router.post(_FUNCTION + "/stop", status_code=204)
 def stop(request: Request, tenant: str, namespace: str, name: str) -> None:
     """Stop every instance gracefully; they stay stopped until started."""
     _run_state(request, tenant, namespace, name, "stop", None)
 
 
-@instances_router.post(_INSTANCE + "/stop")
+@instances_router.post(_INSTANCE + "/stop", status_code=204)
 def stop_instance(
     request: Request, tenant: str, namespace: str, name: str, instance_id: int
 ) -> None:
     _run_state(request, tenant, namespace, name, "stop", instance_id)
 
 
-@instances_router.post(_FUNCTION + "/restart")
+@instances_router.post(_FUNCTION + "/restart", status_code=204)
 def restart(request: Request, tenant: str, namespace: str, name: str) -> None:
     """Restart every running instance (each drains first)."""
     _restart(request, function_record(services(request), tenant, namespace, name), None)
 
 
-@instances_router.post(_INSTANCE + "/restart")
+@instances_router.post(_INSTANCE + "/restart", status_code=204)
 def restart_instance(
     request: Request, tenant: str, namespace: str, name: str, instance_id: int
 ) -> None:

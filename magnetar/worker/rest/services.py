@@ -15,6 +15,7 @@ from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.packages import PackageStore
+from magnetar.worker.tenancy import Tenancy, TenancyManager
 from magnetar.worker.trigger import FunctionTrigger
 
 __all__ = ["InstanceStatuses", "RestServices"]
@@ -49,10 +50,18 @@ class RestServices:
     packages: PackageStore
     instances: InstanceStatuses
     trigger: FunctionTrigger
+    tenancy: Tenancy
+    """Tenants and namespaces: the metadata topic's, or the broker admin API's."""
     auth: AdminAuth | None = None
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
     """Function state queries and puts; None on a worker that serves no state."""
+
+    @property
+    def replicated_tenancy(self) -> TenancyManager | None:
+        """The tenancy kept in the metadata topic (which takes forwarded changes); None when
+        the broker's admin API keeps it."""
+        return self.tenancy if isinstance(self.tenancy, TenancyManager) else None
 
     def ready(self) -> bool:
         """Caught up with the cluster and a leader is known."""

@@ -49,7 +49,7 @@ def _services(request: Request) -> tuple[RestServices, StateQueryService]:
 def _epoch(services: RestServices, fqfn: str) -> int:
     record = services.metadata.get(fqfn)
     if record is None:
-        raise ApiError(404, f"function {fqfn} doesn't exist")
+        raise ApiError(404, f"Function {fqfn.rsplit('/', 1)[-1]} doesn't exist")
     return record.config_version
 
 
@@ -64,11 +64,11 @@ def get_state(request: Request, tenant: str, namespace: str, name: str, key: str
     except StateJournalError as error:
         raise ApiError(503, str(error)) from None
     if entry is None:
-        raise ApiError(404, f"key '{key}' doesn't exist")
+        raise ApiError(404, f"key '{key}' doesn't exist.")
     return function_state(key, entry)
 
 
-@state_router.post("/{tenant}/{namespace}/{name}/state/{key:path}")
+@state_router.post("/{tenant}/{namespace}/{name}/state/{key:path}", status_code=204)
 async def put_state(request: Request, tenant: str, namespace: str, name: str, key: str) -> None:
     """Store a value (or a counter) from the multipart field ``state`` (FunctionState JSON);
     returns once this worker's table holds it."""
@@ -115,9 +115,7 @@ def parse_function_state(raw: str | bytes, key: str) -> tuple[bytes | None, int 
     if not isinstance(data, dict):
         raise ApiError(400, "state must be a JSON object (FunctionState)")
     if data.get("key", key) != key:
-        raise ApiError(
-            400, f"the key in the state JSON ({data['key']!r}) doesn't match the path ({key!r})"
-        )
+        raise ApiError(400, "Path key doesn't match key in json")
     given = [f for f in ("stringValue", "byteValue", "numberValue") if data.get(f) is not None]
     if len(given) != 1:
         raise ApiError(

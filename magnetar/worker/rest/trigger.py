@@ -31,12 +31,13 @@ async def trigger(
     data_stream: Annotated[UploadFile | None, File(alias="dataStream")] = None,
     topic: Annotated[str | None, Form()] = None,
 ) -> Response:
-    """Publish ``data`` (text) or ``dataStream`` (a file) to ``topic`` (default: the first
-    input) and return the function's output for it; 408 when none arrives in time."""
+    """Publish ``dataStream`` (a file) or ``data`` (text) to ``topic`` (default: the only
+    input) and return the function's output for it: 204 when it has no output topic, 408
+    when none arrives in time."""
     found = services(request)
+    if data is None and data_stream is None:
+        raise ApiError(400, "Trigger Data is not provided")
     record = function_record(found, tenant, namespace, name)
-    if (data is None) == (data_stream is None):
-        raise ApiError(400, "give the trigger value as exactly one of data and dataStream")
     if data_stream is not None:
         value = await data_stream.read(_MAX_TRIGGER_BYTES + 1)
         if len(value) > _MAX_TRIGGER_BYTES:
