@@ -42,7 +42,7 @@ def drain(client: pulsar.Client, topic: str, quiet_s: float = 3.0) -> list[Any]:
 
 
 def failing_python(tmp_path: Path) -> str:
-    source = tmp_path / "picky.py"
+    source = tmp_path / "refuses_bad.py"
     source.write_text(
         textwrap.dedent(
             """
