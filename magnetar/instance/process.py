@@ -4,6 +4,9 @@ runtime start, and what it reports back.
 Running on the process's main thread lets ``timeoutMs`` interrupt a runaway invocation;
 SIGTERM and SIGINT stop the instance gracefully. Reports go through a multiprocessing queue:
 a ``MetricsSnapshot`` every ``metrics_interval_s`` and an ``InstanceExit`` last.
+
+A process may connect to the broker before it knows which instance it will run (the worker
+keeps such warm processes ready) and hand that client to ``run_instance_process``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pulsar
+
     from magnetar.statestore import StateOptions
 
 __all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process"]
@@ -49,8 +54,14 @@ class InstanceExit:
     error: str
 
 
-def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
-    """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue."""
+def run_instance_process(
+    spec: InstanceProcessSpec, reports: Any, client: pulsar.Client | None = None
+) -> None:
+    """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue.
+
+    ``client``: a client this process created earlier for ``spec.broker_url`` (a warm
+    process); None creates one. Either way the instance owns it and closes it at the end.
+    """
     from magnetar.client import create_client
     from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
@@ -60,7 +71,8 @@ def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
         format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
     )
     config = FunctionConfig.model_validate_json(spec.config_json)
-    client = create_client(spec.broker_url)
+    if client is None:
+        client = create_client(spec.broker_url)
     options = InstanceOptions(
         instance_id=spec.instance_id,
         metrics_interval_s=spec.metrics_interval_s,

@@ -111,11 +111,14 @@ class FunctionManager:
         assignments: AssignmentManager,
         leader: LeaderService,
         timeout_s: float,
+        http: httpx.Client,
     ) -> None:
+        """``http``: the client that forwards changes to the leader."""
         self._metadata = metadata
         self._assignments = assignments
         self._leader = leader
         self._timeout = timeout_s
+        self._http = http
 
     def submit(
         self, change: FunctionChange, authorization: str | None = None
@@ -157,7 +160,7 @@ class FunctionManager:
         url = current.leader.admin_url.rstrip("/") + FORWARD_PATH
         try:
             headers = {"Authorization": authorization} if authorization else {}
-            response = httpx.post(
+            response = self._http.post(
                 url, json=change.to_json(), headers=headers, timeout=self._timeout
             )
         except httpx.HTTPError as error:

@@ -3,13 +3,15 @@
 A ``Runtime`` starts an instance from an ``InstanceSpec`` and hands back a ``RuntimeHandle``
 to stop, watch and query it. Two implementations:
 
-* ``ProcessRuntime`` (the default): one OS process per instance, started with the "spawn"
-  context as localrun does. The instance runs on that process's main thread, so ``timeoutMs``
-  is enforced, a crash or a leak in user code stays inside it, and instances use all cores.
-  Reports (metrics snapshots, the final exit) come back over a pipe that the handle reads
-  whenever it is asked something; the runtime manager asks every liveness interval (a pipe
-  left unread for minutes would make the instance wait on its next report). The same pipe is
-  the instance's lifeline: when the worker dies, its instances drain and exit.
+* ``ProcessRuntime`` (the default): one OS process per instance, forked from a fork server
+  that has imported the instance's modules once, and kept warm: a few processes wait,
+  connected to the broker, for the next instance to run. The instance runs on its process's
+  main thread, so ``timeoutMs`` is enforced, a crash or a leak in user code stays inside it,
+  and instances use all cores. Reports (metrics snapshots, the final exit) come back over a
+  pipe that the handle reads whenever it is asked something; the runtime manager asks every
+  liveness interval (a pipe left unread for minutes would make the instance wait on its next
+  report). The same pipe is the instance's lifeline: when the worker dies, its instances
+  drain and exit.
 * ``ThreadRuntime``: a ``FunctionInstance`` on a thread of the worker process. Cheaper to
   start, but ``timeoutMs`` cannot be enforced (SIGALRM only interrupts the main thread), a
   thread cannot be killed, and user code shares the worker's memory and GIL.
@@ -20,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -33,6 +37,7 @@ from typing import Any, Protocol
 
 import pulsar
 
+from magnetar.client import create_client
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.metrics import MetricsSnapshot
@@ -113,6 +118,14 @@ class RuntimeHandle(Protocol):
 class Runtime(Protocol):
     """Starts function instances; the runtime manager decides which and when."""
 
+    def prepare(self) -> None:
+        """Get ready to start instances quickly (returns at once)."""
+        ...
+
+    def close(self) -> None:
+        """Release what ``prepare`` set up; the instances started are not affected."""
+        ...
+
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         """Start one instance and return at once (or once subscribed, for threads).
 
@@ -142,16 +155,28 @@ class StateLayout:
 _ORPHAN_GRACE_S = 45.0
 """How long an instance whose worker died may drain before it exits anyway."""
 
+_PRELOADED = ("magnetar.worker.runtime", "magnetar.statestore", "magnetar.instance.javascript")
+"""What the fork server imports once, so that no instance process imports it again."""
 
-class _ReportPipe:
+
+class _WorkerPipe:
     """The instance process's end of the pipe to its worker.
 
-    The instance reports through ``put``; the worker never writes, so a read returns only
-    when the worker is gone (end of file), which is how an orphaned instance notices.
+    The worker writes once: the spec of the instance to run. From then on the instance
+    reports through ``put``, and a read returns only when the worker is gone (end of file),
+    which is how an orphaned instance notices.
     """
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
+
+    def receive_spec(self) -> InstanceProcessSpec | None:
+        """Wait for the instance to run; None when the worker is gone or closed the pool."""
+        try:
+            spec = self._connection.recv()
+        except (EOFError, OSError):
+            return None
+        return spec if isinstance(spec, InstanceProcessSpec) else None
 
     def put(self, report: object) -> None:
         # a failed write means the worker is gone; the lifeline thread stops the instance
@@ -165,13 +190,20 @@ class _ReportPipe:
                 self._connection.recv()
 
 
-def _run_instance(spec: InstanceProcessSpec, reports: _ReportPipe) -> None:
-    """The instance process: ``run_instance_process`` plus a lifeline to the worker, so an
-    instance whose worker was killed drains and exits instead of running unsupervised (and
-    twice, once its instances are rescheduled elsewhere)."""
+def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
+    """The instance process. It connects to the broker first and then waits for the spec of
+    the instance to run, so a warm process only has to subscribe once it is handed one. It
+    runs ``run_instance_process`` with a lifeline to the worker, so an instance whose worker
+    was killed drains and exits instead of running unsupervised (and twice, once its
+    instances are rescheduled elsewhere)."""
+    client = create_client(broker_url)
+    spec = pipe.receive_spec()
+    if spec is None:
+        client.close()
+        return
 
     def lifeline() -> None:
-        reports.wait_for_worker_exit()
+        pipe.wait_for_worker_exit()
         log.warning("the worker is gone; stopping the instance")
         os.kill(os.getpid(), signal.SIGTERM)  # the graceful stop, on the main thread
         time.sleep(_ORPHAN_GRACE_S)
@@ -179,11 +211,11 @@ def _run_instance(spec: InstanceProcessSpec, reports: _ReportPipe) -> None:
         os._exit(1)
 
     threading.Thread(target=lifeline, name="worker-lifeline", daemon=True).start()
-    run_instance_process(spec, reports)
+    run_instance_process(spec, pipe, client)
 
 
 class _ProcessHandle:
-    """An instance process and the reading end of its report pipe."""
+    """An instance process and the worker's end of its pipe."""
 
     def __init__(self, process: BaseProcess, reports: Connection) -> None:
         self._process = process
@@ -264,8 +296,24 @@ class _ProcessHandle:
                 self._reports = None
 
 
+@dataclass(frozen=True)
+class _IdleProcess:
+    """A started instance process waiting for its spec, and the worker's end of its pipe."""
+
+    process: BaseProcess
+    pipe: Connection
+
+
 class ProcessRuntime:
-    """One OS process per instance (``run_instance_process``), started with "spawn"."""
+    """One OS process per instance (``run_instance_process``), forked from a fork server.
+
+    Starting a fresh interpreter per instance (the "spawn" method) costs about half a second
+    of imports, more when several start at once. Instead a fork server (multiprocessing's
+    "forkserver" method: a process of its own, started once, with no threads) imports the
+    instance's modules once and forks every instance process from that state. On top of
+    that, ``warm`` processes are kept started and connected to the broker (``prepare``), so
+    an assignment only has to hand one its spec: it loads the function and subscribes.
+    """
 
     def __init__(
         self,
@@ -273,14 +321,41 @@ class ProcessRuntime:
         worker_id: str,
         log_level: int = logging.INFO,
         state: StateLayout | None = None,
+        warm: int = 2,
     ) -> None:
+        """``warm``: processes kept ready for the next instances (0: start each on demand)."""
+        if warm < 0:
+            raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
         self.worker_id = worker_id
         self.log_level = log_level
         self.state = state
-        # spawn, not fork: the worker has threads (and pulsar-client's) that fork would copy
-        # in whatever state they are in.
-        self._context = multiprocessing.get_context("spawn")
+        self.warm = warm
+        # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
+        # a fork would copy in whatever state they are in. The fork server has none.
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(_PRELOADED))
+        self._lock = threading.Lock()
+        self._idle: deque[_IdleProcess] = deque()
+        self._closed = False
+
+    def prepare(self) -> None:
+        """Start the fork server and the warm processes (returns at once)."""
+        multiprocessing.forkserver.ensure_running()
+        self._replenish()
+
+    def close(self) -> None:
+        """Stop the warm processes that were never handed an instance."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = list(self._idle), deque()
+        for entry in idle:
+            entry.pipe.close()  # end of file: the process exits without running anything
+        for entry in idle:
+            entry.process.join(5)
+            if entry.process.is_alive():
+                entry.process.kill()
+                entry.process.join(1)
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         process_spec = InstanceProcessSpec(
@@ -292,24 +367,59 @@ class ProcessRuntime:
             function_version=str(spec.version),
             state=self.state.options(spec) if self.state is not None else None,
         )
-        # Duplex: the instance writes reports, and reads only to learn that the worker died.
-        reader, writer = self._context.Pipe(duplex=True)
+        handle = self._hand_over(process_spec, spec.key)
+        self._replenish()
+        return handle
+
+    def _hand_over(self, process_spec: InstanceProcessSpec, key: str) -> _ProcessHandle:
+        """Give the spec to a warm process, or to a process started for it."""
+        while True:
+            with self._lock:
+                entry = self._idle.popleft() if self._idle else None
+            if entry is None:
+                entry = self._start_process()
+            try:
+                entry.pipe.send(process_spec)
+            except OSError:  # it died while waiting: the next one
+                entry.pipe.close()
+                entry.process.join(1)
+                continue
+            entry.process.name = f"magnetar-instance {key}"
+            return _ProcessHandle(entry.process, entry.pipe)
+
+    def _replenish(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed or len(self._idle) >= self.warm:
+                    return
+            entry = self._start_process()
+            with self._lock:
+                if not self._closed:
+                    self._idle.append(entry)
+                    continue
+            entry.pipe.close()
+            return
+
+    def _start_process(self) -> _IdleProcess:
+        # Duplex: the worker writes the spec; the process writes reports, and reads on
+        # only to learn that the worker died.
+        worker_end, process_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_run_instance,
-            args=(process_spec, _ReportPipe(writer)),
-            name=f"magnetar-instance {spec.key}",
+            args=(self.broker_url, _WorkerPipe(process_end)),
+            name="magnetar-instance (warm)",
             # a worker that exits without stopping its instances still takes them along
             daemon=True,
         )
         try:
             process.start()
         except BaseException:
-            reader.close()
+            worker_end.close()
             raise
         finally:
             # Only the child keeps its end, so each side sees EOF once the other has exited.
-            writer.close()
-        return _ProcessHandle(process, reader)
+            process_end.close()
+        return _IdleProcess(process, worker_end)
 
 
 # --- thread runtime -------------------------------------------------------------------------
@@ -367,6 +477,12 @@ class ThreadRuntime:
         self.worker_id = worker_id
         self.state = state
 
+    def prepare(self) -> None:
+        """Nothing to prepare: a thread starts at once."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         if spec.config.timeout_ms:
             log.warning(
@@ -406,11 +522,13 @@ def make_runtime(
     client: pulsar.Client | None = None,
     log_level: int = logging.INFO,
     state: StateLayout | None = None,
+    warm: int = 2,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
-    with ``state``, instances get a state store."""
+    with ``state``, instances get a state store; ``warm``: processes the process runtime
+    keeps ready."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state)
+        return ProcessRuntime(broker_url, worker_id, log_level, state, warm)
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")

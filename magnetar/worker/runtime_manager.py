@@ -116,6 +116,7 @@ class RuntimeManager:
     def start(self) -> RuntimeManager:
         """Start the supervisor thread; instances given to ``apply`` run from then on."""
         if self._thread is None:
+            self.runtime.prepare()
             self._thread = threading.Thread(
                 target=self._supervise, name="runtime-manager", daemon=True
             )
@@ -270,6 +271,7 @@ class RuntimeManager:
                     break
                 timeout = self.liveness_interval_s if failed else self._next_wakeup()
             self._wake.wait(timeout)
+        self.runtime.close()
         log.info("runtime manager of worker %s stopped", self.worker_id)
 
     def _next_wakeup(self) -> float:

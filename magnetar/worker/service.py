@@ -9,6 +9,7 @@ import logging
 import threading
 from typing import Any
 
+import httpx
 import uvicorn
 
 from magnetar.client import create_client
@@ -96,6 +97,7 @@ class WorkerService:
             worker_id=config.worker_id,
             client=client,
             state=StateLayout(state_root, config.system_namespace),
+            warm=config.warm_instances,
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)
@@ -109,8 +111,14 @@ class WorkerService:
         self.reconciler = InstanceReconciler(
             config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
         )
+        # One client for every call to another worker: a new one per call would cost tens of
+        # milliseconds (TLS settings) on the paths users wait on (status, forwarded changes).
+        # Idle connections are dropped before the server's keep-alive (5 s) would end them.
+        http = self._http = httpx.Client(
+            timeout=config.request_timeout_s, limits=httpx.Limits(keepalive_expiry=2.0)
+        )
         self.functions = FunctionManager(
-            self.metadata, self.assignments, self.leader, config.request_timeout_s
+            self.metadata, self.assignments, self.leader, config.request_timeout_s, http
         )
         services = RestServices(
             config=config,
@@ -122,6 +130,7 @@ class WorkerService:
             packages=self.packages,
             instances=self.runtime,
             trigger=FunctionTrigger(client),
+            http=http,
             auth=_admin_auth(config),
             state=self.state,
         )
@@ -201,6 +210,7 @@ class WorkerService:
         self.assignments.stop()
         self.metadata.stop()
         self.state.stop()
+        self._http.close()
         self._client.close()
         if self._policies is not None:
             self._policies.close()
