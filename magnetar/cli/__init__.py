@@ -1,5 +1,6 @@
 """The `magnetar` command line (click)."""
 
-from magnetar.cli.app import CliContext, main
+from magnetar.cli.app import main
+from magnetar.cli.context import CliContext
 
 __all__ = ["CliContext", "main"]

@@ -12,11 +12,10 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from magnetar.broker import BrokerError, EmbeddedBroker
 from magnetar.cli.function_admin import register_admin_commands
 from magnetar.cli.function_flags import (
     config_from_flags,
@@ -26,8 +25,9 @@ from magnetar.cli.function_flags import (
 from magnetar.cli.render import emit_json, table
 from magnetar.cli.state import putstate, querystate
 from magnetar.exceptions import MagnetarError
-from magnetar.instance.localrun import LocalRun
-from magnetar.instance.metrics import MetricsSnapshot
+
+if TYPE_CHECKING:  # localrun's imports wait for localrun: the admin commands need none
+    from magnetar.instance.metrics import MetricsSnapshot
 
 __all__ = ["functions"]
 
@@ -82,6 +82,8 @@ def localrun(
       magnetar functions localrun --py examples/exclamation.py \\
           --classname exclamation.ExclamationFunction --inputs in --output out
     """
+    from magnetar.instance.localrun import LocalRun
+
     try:
         config = with_default_name(config_from_flags(function_config_file, **flags))
     except MagnetarError as error:
@@ -149,6 +151,8 @@ def _broker(broker_url: str | None, data_dir: str | None) -> Iterator[str]:
     if broker_url:
         yield broker_url
         return
+    from magnetar.broker import BrokerError, EmbeddedBroker
+
     directory = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="magnetar-broker-"))
     try:
         with EmbeddedBroker(directory) as broker:

@@ -20,12 +20,14 @@ to stop, watch and query it. Two implementations:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -46,7 +48,9 @@ from magnetar.statestore import JournaledStateStore, StateOptions, instance_stat
 from magnetar.worker.model import instance_key
 
 __all__ = [
+    "INSTANCE_PROCESS_NAME",
     "RUNTIMES",
+    "WARM_PROCESS_NAME",
     "InstanceSpec",
     "ProcessRuntime",
     "Runtime",
@@ -155,6 +159,14 @@ class StateLayout:
 _ORPHAN_GRACE_S = 45.0
 """How long an instance whose worker died may drain before it exits anyway."""
 
+INSTANCE_PROCESS_NAME = "magnetar-inst"
+"""What ``ps`` (and /proc/<pid>/comm) calls an instance process once it runs an instance."""
+WARM_PROCESS_NAME = "magnetar-warm"
+"""... and while it waits, warm, for an instance to run."""
+
+_PR_SET_NAME = 15
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+
 _PRELOADED = ("magnetar.worker.runtime", "magnetar.statestore", "magnetar.instance.javascript")
 """What the fork server imports once, so that no instance process imports it again."""
 
@@ -190,17 +202,26 @@ class _WorkerPipe:
                 self._connection.recv()
 
 
+def _name_process(name: str) -> None:
+    """Name this process as ``ps`` shows it (Linux only; at most 15 bytes): the fork server's
+    children all share its command line."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
+
+
 def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
     """The instance process. It connects to the broker first and then waits for the spec of
     the instance to run, so a warm process only has to subscribe once it is handed one. It
     runs ``run_instance_process`` with a lifeline to the worker, so an instance whose worker
     was killed drains and exits instead of running unsupervised (and twice, once its
     instances are rescheduled elsewhere)."""
+    _name_process(WARM_PROCESS_NAME)
     client = create_client(broker_url)
     spec = pipe.receive_spec()
     if spec is None:
         client.close()
         return
+    _name_process(INSTANCE_PROCESS_NAME)
 
     def lifeline() -> None:
         pipe.wait_for_worker_exit()
