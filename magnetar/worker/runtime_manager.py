@@ -29,7 +29,7 @@ __all__ = ["BackoffPolicy", "RuntimeManager"]
 log = logging.getLogger(__name__)
 
 _LATEST_EXCEPTIONS = 10
-_RETIRE_POLL_S = 0.1
+_RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
 
