@@ -216,6 +216,9 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
     was killed drains and exits instead of running unsupervised (and twice, once its
     instances are rescheduled elsewhere)."""
     _name_process(WARM_PROCESS_NAME)
+    # Ctrl-C reaches the whole process group: the worker decides what stops (a waiting
+    # process exits when the worker closes its pipe; an instance sets its own handler).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     client = create_client(broker_url)
     spec = pipe.receive_spec()
     if spec is None:
