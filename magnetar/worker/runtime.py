@@ -392,24 +392,34 @@ class ProcessRuntime:
             state=self.state.options(spec) if self.state is not None else None,
         )
         handle = self._hand_over(process_spec, spec.key)
-        self._replenish()
+        try:
+            self._replenish()
+        except Exception:  # the instance runs all the same; the next start tries again
+            log.exception("starting a warm instance process failed")
         return handle
 
     def _hand_over(self, process_spec: InstanceProcessSpec, key: str) -> _ProcessHandle:
-        """Give the spec to a warm process, or to a process started for it."""
+        """Give the spec to a warm process, or else to a process started for it."""
         while True:
             with self._lock:
                 entry = self._idle.popleft() if self._idle else None
             if entry is None:
                 entry = self._start_process()
+                try:
+                    entry.pipe.send(process_spec)
+                except OSError:  # just started and gone already: a crash of the instance
+                    entry.pipe.close()
+                    entry.process.kill()
+                    raise
+                break
             try:
                 entry.pipe.send(process_spec)
+                break
             except OSError:  # it died while waiting: the next one
                 entry.pipe.close()
                 entry.process.join(1)
-                continue
-            entry.process.name = f"magnetar-instance {key}"
-            return _ProcessHandle(entry.process, entry.pipe)
+        entry.process.name = f"magnetar-instance {key}"
+        return _ProcessHandle(entry.process, entry.pipe)
 
     def _replenish(self) -> None:
         while True:
