@@ -362,16 +362,28 @@ class ProcessRuntime:
         self._lock = threading.Lock()
         self._idle: deque[_IdleProcess] = deque()
         self._closed = False
+        self._refill = threading.Event()
+        self._refiller: threading.Thread | None = None
 
     def prepare(self) -> None:
-        """Start the fork server and the warm processes (returns at once)."""
+        """Start the fork server, and a thread that keeps ``warm`` processes started (one
+        taken is replaced in the background: starting it is never on an instance's way)."""
         multiprocessing.forkserver.ensure_running()
-        self._replenish()
+        if self.warm and self._refiller is None:
+            self._refiller = threading.Thread(
+                target=self._keep_warm, name="warm-instances", daemon=True
+            )
+            self._refiller.start()
+        self._refill.set()
 
     def close(self) -> None:
         """Stop the warm processes that were never handed an instance."""
         with self._lock:
             self._closed = True
+        self._refill.set()
+        if self._refiller is not None:
+            self._refiller.join(10)
+        with self._lock:
             idle, self._idle = list(self._idle), deque()
         for entry in idle:
             entry.pipe.close()  # end of file: the process exits without running anything
@@ -392,10 +404,7 @@ class ProcessRuntime:
             state=self.state.options(spec) if self.state is not None else None,
         )
         handle = self._hand_over(process_spec, spec.key)
-        try:
-            self._replenish()
-        except Exception:  # the instance runs all the same; the next start tries again
-            log.exception("starting a warm instance process failed")
+        self._refill.set()
         return handle
 
     def _hand_over(self, process_spec: InstanceProcessSpec, key: str) -> _ProcessHandle:
@@ -420,6 +429,18 @@ class ProcessRuntime:
                 entry.process.join(1)
         entry.process.name = f"magnetar-instance {key}"
         return _ProcessHandle(entry.process, entry.pipe)
+
+    def _keep_warm(self) -> None:
+        while True:
+            self._refill.wait()
+            self._refill.clear()
+            try:
+                self._replenish()
+            except Exception:  # the next instance started tries again
+                log.exception("starting a warm instance process failed")
+            with self._lock:
+                if self._closed:
+                    return
 
     def _replenish(self) -> None:
         while True:
