@@ -1,269 +1,74 @@
-"""Cluster latency: create -> all instances running, and leader failover, on three workers.
+"""Control-plane latency on three workers: create, update, start, restart, the CLI, failover.
 
 Three ``magnetar worker start`` processes share one broker (their own embedded one unless
 ``--broker-url``) and a system namespace of their own, with the default worker settings:
-only ``--liveness-timeout`` overrides one, and the JSON records the value in force.
+only ``--liveness-timeout`` overrides one, and the JSON records the value in force. The
+function is the user_config example (parallelism 4), so an update is a visible change.
 
-* **create**: ``--repeat`` functions (distinct names, parallelism 3, the exclamation
-  example), each created through a different worker in turn. Timed from the POST until the
-  status reports 3 instances running, and until the first output for an input sent just
-  before the create. Each function is deleted (and its instances gone) before the next.
-  Baseline, alternating with it: one bare instance process, ``magnetar functions localrun``
-  of the same function on the same broker, from ``Popen`` until it prints its "Running"
-  line and until the first output for an input sent just before.
-* **failover**: ``--failovers`` rounds of kill -9 of the leader while a parallelism-3
-  function runs; timed until a surviving worker reports a new leader and until all 3
-  instances run again. The killed worker is restarted and rejoins between rounds; a round
-  kills the leader only once the leadership has been stable for 3 s.
+* **operations**, ``--repeat`` rounds, each on a new function created through another worker
+  in turn, timed from the request until the status (polled every 20 ms) shows:
+  create -> all 4 instances running (also: the first output, for an input sent before);
+  update (a new userConfig) -> all 4 running anew (each a new process: ``numReceived`` back
+  to 0 after every instance had received inputs); stop -> none running; start -> all 4
+  running; restart -> all 4 running with ``numRestarts`` one higher. Then the function is
+  deleted. The same rounds run on a second cluster whose workers keep no warm instance
+  processes (``warm_instances=0``): the baseline of the warm pool, in the same run.
+  Baseline of create, alternating with it: one bare instance process, ``magnetar functions
+  localrun`` of the same function, from ``Popen`` to its "Running" line and first output.
+* **cli**: ``magnetar functions list`` and ``functions status`` against a worker, ``--cli-runs``
+  times each; baselines: the interpreter alone (``python -c pass``) and a bare Python HTTP
+  GET of the same list (``urllib``), the floor of any Python command line.
+* **failover**: ``--failovers`` rounds of kill -9 of the leader while a function runs; timed
+  until a surviving worker reports a new leader and until all instances run again.
 
-The issue's targets: create -> running < 1 s median; failover < 5 s with default settings.
+Targets (issue 15): create -> all running < 1 s; update, start, restart < 2 s; `functions
+list` well under 0.5 s; failover < 5 s (medians).
 
-    python bench/cluster_latency.py [--repeat 7] [--failovers 5] [--liveness-timeout S]
-                                    [--broker-url URL]
+    python bench/cluster_latency.py [--repeat 7] [--failovers 3] [--cli-runs 10]
+                                    [--liveness-timeout S] [--broker-url URL] [--no-cold]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pulsar
+from _cluster import (
+    FUNCTIONS,
+    ROOT,
+    Cluster,
+    WorkerProcess,
+    progress,
+    summary,
+    wait_until,
+)
 
-from magnetar.broker import EmbeddedBroker, find_free_port
+from magnetar.broker import EmbeddedBroker
 from magnetar.client import create_client
 from magnetar.worker.config import WorkerConfig
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "exclamation.py"
-CLASS_NAME = "exclamation.ExclamationFunction"
-PARALLELISM = 3
-CREATE_TARGET_S = 1.0
+EXAMPLE = ROOT / "examples" / "user_config.py"
+CLASS_NAME = "user_config.GreetingFunction"
+PARALLELISM = 4
+TARGETS_S = {"create": 1.0, "update": 2.0, "start": 2.0, "restart": 2.0, "cli_list": 0.5}
 FAILOVER_TARGET_S = 5.0
-POLL_S = 0.02
-RETRIES = 50
-"""Attempts of a create or delete answered 503 (no leader at that moment), 0.1 s apart."""
+OPERATIONS = ("create", "update", "stop", "start", "restart")
 
 
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until ``condition`` holds (polled every ``POLL_S``); RuntimeError if never."""
-    started = time.perf_counter()
-    while not condition():
-        if time.perf_counter() - started > timeout:
-            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(POLL_S)
-    return time.perf_counter() - started
-
-
-def p90(values: list[float]) -> float:
-    """The 90th percentile (inclusive method: needs no more than one value)."""
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=10, method="inclusive")[-1]
-
-
-def summary(values: list[float]) -> dict[str, Any]:
-    return {"runs_s": values, "median_s": statistics.median(values), "p90_s": p90(values)}
-
-
-def magnetar_processes_in_group(group: int) -> list[int]:
-    """Pids of the Python processes still in process group ``group`` (a session started
-    here), found through /proc so that no unrelated process is ever signalled."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[2]) == group and (b"magnetar" in cmdline or b"spawn_main" in cmdline):
-            found.append(int(entry.name))
-    return found
-
-
-@dataclass
-class WorkerProcess:
-    """One ``magnetar worker start`` process, in a session of its own."""
-
-    worker_id: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
-class Cluster:
-    """Worker processes on one broker and one system namespace, driven over REST."""
-
-    def __init__(self, broker_url: str, root: Path, namespace: str, env: dict[str, str]) -> None:
-        self.broker_url = broker_url
-        self.root = root
-        self.namespace = namespace
-        # Only what this benchmark chooses: no MAGNETAR_* setting leaks in from outside.
-        base = {k: v for k, v in os.environ.items() if not k.startswith("MAGNETAR_")}
-        self.env = {**base, "MAGNETAR_SYSTEM_NAMESPACE": namespace, **env}
-        self.workers: dict[str, WorkerProcess] = {}
-        self.groups: list[int] = []
-        """Process groups of every worker started, restarted ones included."""
-        self.http = httpx.Client(timeout=10)
-
-    def start_worker(self, worker_id: str, port: int | None = None) -> WorkerProcess:
-        port = port or find_free_port()
-        log = self.root / f"{worker_id}.log"
-        command = [
-            sys.executable,
-            "-m",
-            "magnetar.cli",
-            "--broker-url",
-            self.broker_url,
-            "worker",
-            "start",
-            "--worker-id",
-            worker_id,
-            "--http-port",
-            str(port),
-            "--data-dir",
-            str(self.root / worker_id),
-        ]
-        with log.open("ab") as out:
-            process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,  # its group holds its instances: cleaned up as one
-            )
-        worker = WorkerProcess(worker_id, port, process, log)
-        self.workers[worker_id] = worker
-        self.groups.append(process.pid)
-        return worker
-
-    def wait_ready(self, worker: WorkerProcess, timeout: float = 60.0) -> float:
-        def ready() -> bool:
-            if not worker.alive():
-                raise RuntimeError(f"{worker.worker_id} exited; see {worker.log}")
-            try:
-                path = "/admin/v2/worker/cluster/leader/ready"
-                return self.http.get(worker.url + path, timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        return wait_until(ready, timeout, f"{worker.worker_id} ready")
-
-    def alive(self) -> list[WorkerProcess]:
-        return [w for w in self.workers.values() if w.alive()]
-
-    def get(self, worker: WorkerProcess, path: str) -> Any:
-        response = self.http.get(worker.url + path)
-        response.raise_for_status()
-        return response.json()
-
-    def members(self, via: WorkerProcess) -> list[str]:
-        return sorted(w["workerId"] for w in self.get(via, "/admin/v2/worker/cluster"))
-
-    def leader_id(self, via: WorkerProcess) -> str:
-        return str(self.get(via, "/admin/v2/worker/cluster/leader")["workerId"])
-
-    def assignments(self, via: WorkerProcess) -> dict[str, list[str]]:
-        result: dict[str, list[str]] = self.get(via, "/admin/v2/worker/assignments")
-        return result
-
-    def _retrying(
-        self, send: Callable[[], httpx.Response], what: str, done_before: tuple[int, str]
-    ) -> int:
-        """Send until it succeeds (or, on a retry, answers ``done_before``: the status and
-        the end of the reason saying the earlier attempt went through); 503 (no leader at
-        the moment: "retry in a moment") is retried. The retries made."""
-        for attempt in range(RETRIES):
-            response = send()
-            done = (response.status_code, response.text.rstrip('"}').rpartition(" ")[2])
-            if response.is_success or (attempt and done == done_before):
-                return attempt
-            if response.status_code != 503:
-                break
-            time.sleep(0.1)
-        raise RuntimeError(f"{what} failed: {response.status_code} {response.text}")
-
-    def create(self, via: WorkerProcess, name: str, **config: Any) -> int:
-        """Register a function through ``via``; the retries it took."""
-        body = {"tenant": "public", "namespace": "default", "name": name, **config}
-        return self._retrying(
-            lambda: self.http.post(
-                f"{via.url}/admin/v3/functions/public/default/{name}",
-                data={"functionConfig": json.dumps(body)},
-                files={"data": (EXAMPLE.name, EXAMPLE.read_bytes())},
-                timeout=30,
-            ),
-            f"creating {name}",
-            (400, "exists"),
-        )
-
-    def delete(self, via: WorkerProcess, name: str) -> int:
-        """Delete a function through ``via``; the retries it took."""
-        return self._retrying(
-            lambda: self.http.delete(f"{via.url}/admin/v3/functions/public/default/{name}"),
-            f"deleting {name}",
-            (404, "exist"),
-        )
-
-    def num_running(self, via: WorkerProcess, name: str) -> int:
-        try:
-            status = self.get(via, f"/admin/v3/functions/public/default/{name}/status")
-        except httpx.HTTPError:
-            return -1
-        return int(status["numRunning"])
-
-    def kill(self, worker: WorkerProcess) -> None:
-        """kill -9 of the worker process alone (its instances notice and stop themselves)."""
-        worker.process.send_signal(signal.SIGKILL)
-        worker.process.wait(10)
-
-    def stop_all(self) -> None:
-        """SIGTERM every worker, then SIGKILL what is left of the process groups started
-        here (instance processes orphaned by a kill -9 included)."""
-        for worker in self.alive():
-            worker.process.terminate()
-        for worker in self.workers.values():
-            try:
-                worker.process.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
-        for group in self.groups:
-            for pid in magnetar_processes_in_group(group):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        self.http.close()
-
-
-# --- create -> running -------------------------------------------------------------------
+# --- the operations ------------------------------------------------------------------------
 
 
 def topics(run_id: str, name: str) -> tuple[str, str]:
@@ -273,14 +78,10 @@ def topics(run_id: str, name: str) -> tuple[str, str]:
     )
 
 
-def first_output_after(client: pulsar.Client, output: str) -> Any:
-    """A consumer of ``output`` from its start, subscribed now (before anything runs)."""
-    return client.subscribe(output, "bench", initial_position=pulsar.InitialPosition.Earliest)
-
-
-def send_one(client: pulsar.Client, topic: str) -> None:
+def send(client: pulsar.Client, topic: str, count: int = 1) -> None:
     producer = client.create_producer(topic, batching_enabled=False)
-    producer.send(b"hello")
+    for i in range(count):
+        producer.send(f"v{i}".encode())
     producer.close()
 
 
@@ -289,57 +90,107 @@ def output_delay(consumer: Any, started_wall: float, timeout_s: float = 30.0) ->
     message = consumer.receive(int(timeout_s * 1000))
     consumer.acknowledge(message)
     consumer.close()
-    if message.data() != b"hello!":
+    if not message.data().startswith(b"Hello, "):
         raise RuntimeError(f"unexpected output {message.data()!r}")
     return float(message.publish_timestamp()) / 1000 - started_wall
 
 
-def measure_create(
+def instances(cluster: Cluster, via: WorkerProcess, name: str) -> list[dict[str, Any]]:
+    """The instances' statuses, [] while ``via`` cannot answer."""
+    status = cluster.status(via, name)
+    return [] if status is None else [i["status"] for i in status["instances"]]
+
+
+def all_instances(cluster: Cluster, via: WorkerProcess, name: str, test: Any) -> bool:
+    found = instances(cluster, via, name)
+    return len(found) == PARALLELISM and all(test(status) for status in found)
+
+
+def timed(action: Any, done: Any, what: str) -> float:
+    """Seconds from the start of ``action()`` until ``done()`` holds."""
+    started = time.perf_counter()
+    action()
+    wait_until(done, 30, what)
+    return time.perf_counter() - started
+
+
+def operations_round(
     cluster: Cluster, client: pulsar.Client, via: WorkerProcess, run_id: str, name: str
 ) -> dict[str, Any]:
+    """Create, update, stop, start and restart one function; then delete it."""
     source, sink = topics(run_id, name)
-    consumer = first_output_after(client, sink)
-    send_one(client, source)
-    started_wall, started = time.time(), time.perf_counter()
-    retries = cluster.create(
-        via,
-        name,
-        className=CLASS_NAME,
-        inputs=[source],
-        output=sink,
-        parallelism=PARALLELISM,
-        subscriptionPosition="Earliest",
-    )
-    post_s = time.perf_counter() - started
-    wait_until(lambda: cluster.num_running(via, name) == PARALLELISM, 30, f"{name}: all running")
-    running_s = time.perf_counter() - started
-    first_output_s = output_delay(consumer, started_wall)
-    cluster.delete(via, name)
-    key = f"public/default/{name}:"
-    wait_until(
-        lambda: (
-            not any(k.startswith(key) for keys in cluster.assignments(via).values() for k in keys)
-        ),
-        30,
-        f"{name}: unassigned after delete",
-    )
-    return {
-        "name": name,
-        "via": via.worker_id,
-        "post_s": post_s,
-        "post_retries_503": retries,
-        "running_s": running_s,
-        "first_output_s": first_output_s,
+    config = {
+        "className": CLASS_NAME,
+        "inputs": [source],
+        "output": sink,
+        "parallelism": PARALLELISM,
+        "subscriptionPosition": "Earliest",
+        "userConfig": {"greeting": "Hello"},
     }
+    consumer = client.subscribe(sink, "bench", initial_position=pulsar.InitialPosition.Earliest)
+    send(client, source)
+    started_wall = time.time()
+    run: dict[str, Any] = {"name": name, "via": via.worker_id}
+    run["create_s"] = timed(
+        lambda: cluster.register(via, name, EXAMPLE, **config),
+        lambda: cluster.num_running(via, name) == PARALLELISM,
+        f"{name}: all running after create",
+    )
+    run["create_first_output_s"] = output_delay(consumer, started_wall)
+
+    # Every instance processes inputs, so that a new process (received 0) is recognisable;
+    # none is left in flight, so none is redelivered to a new process.
+    sent = 1
+
+    def every_instance_processed() -> bool:
+        nonlocal sent
+        found = instances(cluster, via, name)
+        if len(found) == PARALLELISM and all(s["numReceived"] > 0 for s in found):
+            return sum(s["numSuccessfullyProcessed"] for s in found) >= sent
+        send(client, source, 8)
+        sent += 8
+        return False
+
+    wait_until(every_instance_processed, 30, f"{name}: inputs on every instance", poll=0.2)
+    config["userConfig"] = {"greeting": "Hi"}
+    run["update_s"] = timed(
+        lambda: cluster.register(via, name, EXAMPLE, method="PUT", **config),
+        lambda: all_instances(cluster, via, name, lambda s: s["running"] and s["numReceived"] == 0),
+        f"{name}: all running anew after update",
+    )
+    url = f"{via.url}{FUNCTIONS}/{name}"
+    run["stop_s"] = timed(
+        lambda: cluster.send("POST", f"{url}/stop", f"stopping {name}", 0),
+        lambda: cluster.num_running(via, name) == 0,
+        f"{name}: stopped",
+    )
+    run["start_s"] = timed(
+        lambda: cluster.send("POST", f"{url}/start", f"starting {name}", 0),
+        lambda: cluster.num_running(via, name) == PARALLELISM,
+        f"{name}: all running after start",
+    )
+    before = {i: s["numRestarts"] for i, s in enumerate(instances(cluster, via, name))}
+    run["restart_s"] = timed(
+        lambda: cluster.send("POST", f"{url}/restart", f"restarting {name}", 0),
+        lambda: (
+            all_instances(cluster, via, name, lambda s: s["running"])
+            and [s["numRestarts"] for s in instances(cluster, via, name)]
+            == [before[i] + 1 for i in range(PARALLELISM)]
+        ),
+        f"{name}: all restarted",
+    )
+    cluster.delete(via, name)
+    cluster.wait_unassigned(via, name)
+    return run
 
 
-def measure_localrun(
+def localrun_round(
     broker_url: str, client: pulsar.Client, run_id: str, name: str
 ) -> dict[str, Any]:
     """One bare instance: ``magnetar functions localrun`` of the same function."""
     source, sink = topics(run_id, name)
-    consumer = first_output_after(client, sink)
-    send_one(client, source)
+    consumer = client.subscribe(sink, "bench", initial_position=pulsar.InitialPosition.Earliest)
+    send(client, source)
     command = [
         sys.executable,
         "-m",
@@ -387,11 +238,16 @@ def measure_localrun(
     return {"name": name, "running_line_s": running_s, "first_output_s": first_output_s}
 
 
-def create_phase(
-    cluster: Cluster, workers: list[WorkerProcess], broker_url: str, run_id: str, repeat: int
+def operations_phase(
+    cluster: Cluster,
+    workers: list[WorkerProcess],
+    run_id: str,
+    repeat: int,
+    label: str,
+    localrun: bool,
 ) -> dict[str, Any]:
-    client = create_client(broker_url)
-    cluster_runs: list[dict[str, Any]] = []
+    client = create_client(cluster.broker_url)
+    runs: list[dict[str, Any]] = []
     localruns: list[dict[str, Any]] = []
     try:
         for round_ in range(repeat):
@@ -399,91 +255,90 @@ def create_phase(
             for side in order:
                 if side == "cluster":
                     via = workers[round_ % len(workers)]
-                    run = measure_create(cluster, client, via, run_id, f"create-{round_}")
-                    cluster_runs.append(run)
-                    retries = run["post_retries_503"]
-                    note = f" ({retries} retries of the POST on 503)" if retries else ""
+                    run = operations_round(cluster, client, via, run_id, f"{label}-{round_}")
+                    runs.append(run)
                     progress(
-                        f"  create #{round_} via {via.worker_id}: all running in "
-                        f"{run['running_s']:.3f} s, first output {run['first_output_s']:.3f} s"
-                        f"{note}"
+                        f"  {label} #{round_} via {via.worker_id}: "
+                        + ", ".join(f"{op} {run[op + '_s']:.3f}" for op in OPERATIONS)
+                        + f", first output {run['create_first_output_s']:.3f} s"
                     )
-                else:
-                    run = measure_localrun(broker_url, client, run_id, f"local-{round_}")
-                    localruns.append(run)
+                elif localrun:
+                    local = localrun_round(cluster.broker_url, client, run_id, f"local-{round_}")
+                    localruns.append(local)
                     progress(
-                        f"  localrun #{round_}: 'Running' line {run['running_line_s']:.3f} s, "
-                        f"first output {run['first_output_s']:.3f} s"
+                        f"  localrun #{round_}: 'Running' line {local['running_line_s']:.3f} s, "
+                        f"first output {local['first_output_s']:.3f} s"
                     )
     finally:
         client.close()
-    running = summary([r["running_s"] for r in cluster_runs])
-    cluster_output = summary([r["first_output_s"] for r in cluster_runs])
-    local_running = summary([r["running_line_s"] for r in localruns])
-    local_output = summary([r["first_output_s"] for r in localruns])
-    return {
-        "parallelism": PARALLELISM,
-        "repeat": repeat,
-        "target_median_s": CREATE_TARGET_S,
-        "cluster": {
-            "runs": cluster_runs,
-            "post": summary([r["post_s"] for r in cluster_runs]),
-            "all_running": running,
-            "first_output": cluster_output,
-        },
-        "localrun_baseline": {
+    result: dict[str, Any] = {"runs": runs}
+    for op in OPERATIONS:
+        result[op] = summary([r[op + "_s"] for r in runs])
+    result["create_first_output"] = summary([r["create_first_output_s"] for r in runs])
+    if localruns:
+        result["localrun_baseline"] = {
             "runs": localruns,
-            "running_line": local_running,
-            "first_output": local_output,
-        },
-        "ratio_all_running_vs_localrun_running_line": running["median_s"]
-        / local_running["median_s"],
-        "ratio_first_output_vs_localrun_first_output": cluster_output["median_s"]
-        / local_output["median_s"],
-        "meets_target": running["median_s"] < CREATE_TARGET_S,
+            "running_line": summary([r["running_line_s"] for r in localruns]),
+            "first_output": summary([r["first_output_s"] for r in localruns]),
+        }
+    return result
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def command_seconds(command: list[str], runs: int, env: dict[str, str]) -> dict[str, Any]:
+    """Wall seconds of ``command`` (which must succeed), ``runs`` times, as hyperfine does;
+    and its CPU seconds (user + system), which a busy machine does not inflate as much."""
+    wall, cpu = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, env=env, check=False)
+        wall.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.decode()[-500:]}")
+    return {**summary(wall), "cpu": summary(cpu)}
+
+
+def cli_phase(cluster: Cluster, via: WorkerProcess, name: str, runs: int) -> dict[str, Any]:
+    env = {**cluster.env, "MAGNETAR_ADMIN_URL": via.url}
+    magnetar = [sys.executable, "-m", "magnetar.cli"]
+    get = f"import urllib.request; urllib.request.urlopen('{via.url}{FUNCTIONS}').read()"
+    result = {
+        "functions_list": command_seconds([*magnetar, "functions", "list"], runs, env),
+        "functions_status": command_seconds(
+            [*magnetar, "functions", "status", "--name", name], runs, env
+        ),
+        "python_baseline": command_seconds([sys.executable, "-c", "pass"], runs, env),
+        "urllib_get_baseline": command_seconds([sys.executable, "-c", get], runs, env),
     }
+    listed, floor = result["functions_list"], result["urllib_get_baseline"]
+    result["ratio_list_vs_urllib_get"] = listed["median_s"] / floor["median_s"]
+    result["ratio_list_vs_urllib_get_cpu"] = listed["cpu"]["median_s"] / floor["cpu"]["median_s"]
+    return result
 
 
-# --- failover ----------------------------------------------------------------------------
-
-
-def wait_full_membership(cluster: Cluster, via: WorkerProcess, count: int) -> float:
-    def full() -> bool:
-        try:
-            return len(cluster.members(via)) == count
-        except httpx.HTTPError:
-            return False
-
-    return wait_until(full, 60, f"{count} workers in the membership")
-
-
-def wait_leader_settled(cluster: Cluster, via: WorkerProcess, quiet_s: float = 3.0) -> str:
-    """The leader, once ``via`` has reported the same one for ``quiet_s`` (a rejoining
-    worker may take the leadership over: the round must not start in the middle of it)."""
-    leader, since = "", time.perf_counter()
-    deadline = since + 60
-    while time.perf_counter() < deadline:
-        try:
-            current = cluster.leader_id(via)
-        except httpx.HTTPError:
-            current = ""
-        if current != leader:
-            leader, since = current, time.perf_counter()
-        elif leader and time.perf_counter() - since >= quiet_s:
-            return leader
-        time.sleep(0.1)
-    raise RuntimeError("the leadership did not settle within 60 s")
+# --- failover ------------------------------------------------------------------------------
 
 
 def failover_round(cluster: Cluster, run_id: str, round_: int) -> dict[str, Any]:
     via = cluster.alive()[0]
     name = f"failover-{round_}"
     source, sink = topics(run_id, name)
-    cluster.create(
-        via, name, className=CLASS_NAME, inputs=[source], output=sink, parallelism=PARALLELISM
+    cluster.register(
+        via,
+        name,
+        EXAMPLE,
+        className=CLASS_NAME,
+        inputs=[source],
+        output=sink,
+        parallelism=PARALLELISM,
     )
     wait_until(lambda: cluster.num_running(via, name) == PARALLELISM, 30, f"{name}: running")
-    leader_id = wait_leader_settled(cluster, via)
+    leader_id = cluster.wait_leader_settled(via)
     on_leader = sum(1 for k in cluster.assignments(via).get(leader_id, []) if name in k)
     leader = cluster.workers[leader_id]
     observer = next(w for w in cluster.alive() if w.worker_id != leader_id)
@@ -512,12 +367,11 @@ def failover_round(cluster: Cluster, run_id: str, round_: int) -> dict[str, Any]
         f"  failover #{round_}: killed leader {leader_id} ({on_leader} of the instances); "
         f"new leader {new_leader_id} after {leader_s:.3f} s, all running after {running_s:.3f} s"
     )
-
     # Clean up, then bring the killed worker back on its port and wait until it rejoins.
     cluster.delete(observer, name)
     restarted = cluster.start_worker(leader_id, port=leader.port)
     rejoin_s = cluster.wait_ready(restarted)
-    wait_full_membership(cluster, observer, 3)
+    cluster.wait_members(observer, 3)
     return {
         "killed_leader": leader_id,
         "killed_leader_instances": on_leader,
@@ -530,43 +384,71 @@ def failover_round(cluster: Cluster, run_id: str, round_: int) -> dict[str, Any]
 
 def failover_phase(cluster: Cluster, run_id: str, rounds: int) -> dict[str, Any]:
     runs = [failover_round(cluster, run_id, round_) for round_ in range(rounds)]
-    leader = summary([r["new_leader_s"] for r in runs])
     running = summary([r["all_running_s"] for r in runs])
     return {
         "rounds": rounds,
         "target_s": FAILOVER_TARGET_S,
         "runs": runs,
-        "new_leader": leader,
+        "new_leader": summary([r["new_leader_s"] for r in runs]),
         "all_running": running,
         "meets_target": running["median_s"] < FAILOVER_TARGET_S,
     }
 
 
-# --- main --------------------------------------------------------------------------------
+# --- main ----------------------------------------------------------------------------------
+
+
+def start_cluster(
+    url: str, root: Path, run_id: str, label: str, env: dict[str, str]
+) -> tuple[Cluster, list[WorkerProcess], float]:
+    cluster = Cluster(url, root / label, f"public/bench{run_id}{label}", env)
+    cluster.root.mkdir()
+    progress(f"starting 3 workers ({label}) on {url} (namespace {cluster.namespace})")
+    started = time.perf_counter()
+    workers = [cluster.start_worker(f"w{i}") for i in (1, 2, 3)]
+    for worker in workers:
+        cluster.wait_ready(worker)
+    cluster.wait_members(workers[0], 3)
+    startup_s = time.perf_counter() - started
+    cluster.wait_leader_settled(workers[0])
+    return cluster, workers, startup_s
 
 
 def settings(liveness_timeout: float | None) -> dict[str, Any]:
     fields = WorkerConfig.model_fields
-    default_liveness = fields["liveness_timeout_s"].default
     return {
-        "liveness_timeout_s": liveness_timeout or default_liveness,
+        "liveness_timeout_s": liveness_timeout or fields["liveness_timeout_s"].default,
         "liveness_timeout_is_default": liveness_timeout is None,
         "heartbeat_interval_s": fields["heartbeat_interval_s"].default,
         "scheduler": fields["scheduler"].default,
         "runtime": fields["runtime"].default,
+        "warm_instances": fields["warm_instances"].default,
+    }
+
+
+def targets(default: dict[str, Any], cli: dict[str, Any]) -> dict[str, Any]:
+    medians = {op: default[op]["median_s"] for op in ("create", "update", "start", "restart")}
+    medians["cli_list"] = cli["functions_list"]["median_s"]
+    return {
+        op: {"median_s": value, "target_s": TARGETS_S[op], "met": value < TARGETS_S[op]}
+        for op, value in medians.items()
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7, help="functions created (and localruns)")
-    parser.add_argument("--failovers", type=int, default=5, help="kill -9 rounds of the leader")
+    parser.add_argument("--repeat", type=int, default=7, help="rounds of operations")
+    parser.add_argument("--failovers", type=int, default=3, help="kill -9 rounds of the leader")
+    parser.add_argument("--cli-runs", type=int, default=10, help="runs of each CLI command")
     parser.add_argument(
         "--liveness-timeout",
         type=float,
         help="override the workers' liveness timeout (seconds) [default: the workers' own]",
     )
     parser.add_argument("--broker-url")
+    parser.add_argument(
+        "--no-cold", action="store_true", help="skip the cluster without warm processes"
+    )
     parser.add_argument(
         "--output", default=str(ROOT / "bench" / "results" / "cluster_latency.json")
     )
@@ -575,44 +457,68 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-cluster-"))
     run_id = uuid.uuid4().hex[:6]
     broker = None
-    cluster = None
+    clusters: list[Cluster] = []
+    env = {}
+    if args.liveness_timeout is not None:
+        env["MAGNETAR_LIVENESS_TIMEOUT_S"] = str(args.liveness_timeout)
     try:
         url = args.broker_url
         if url is None:
             broker = EmbeddedBroker(root / "broker").start()
             url = broker.service_url
-        env = {}
-        if args.liveness_timeout is not None:
-            env["MAGNETAR_LIVENESS_TIMEOUT_S"] = str(args.liveness_timeout)
-        cluster = Cluster(url, root, f"public/bench{run_id}", env)
-        progress(f"starting 3 workers on {url} (namespace {cluster.namespace})")
-        started = time.perf_counter()
-        workers = [cluster.start_worker(f"w{i}") for i in (1, 2, 3)]
-        for worker in workers:
-            cluster.wait_ready(worker)
-        wait_full_membership(cluster, workers[0], 3)
-        startup_s = time.perf_counter() - started
-        wait_leader_settled(cluster, workers[0])
+        cluster, workers, startup_s = start_cluster(url, root, run_id, "warm", env)
+        clusters.append(cluster)
         results: dict[str, Any] = {
             "workers": 3,
+            "parallelism": PARALLELISM,
             "settings": settings(args.liveness_timeout),
             "broker": "embedded pulsar-lite, default settings" if broker else url,
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg(),
             "cluster_startup_s": startup_s,
             "definitions": {
-                "cluster_startup": "Popen of the 3 workers -> all ready and in the membership",
-                "running": "the status's numRunning: the instance process is alive",
-                "first_output": "publish time of the output for an input sent before the start",
+                "running": "the status's numRunning: the instance's consumers are subscribed",
+                "create": "POST -> numRunning == 4",
+                "update": "PUT (new userConfig) -> every instance running, numReceived 0",
+                "stop": "POST stop -> numRunning == 0",
+                "start": "POST start -> numRunning == 4",
+                "restart": "POST restart -> every instance running, numRestarts + 1",
+                "first_output": "publish time of the output for an input sent before the create",
                 "localrun_running_line": "localrun printed 'Running ...' (before subscribing)",
-                "new_leader": "a surviving worker's GET /cluster/leader names another worker",
-                "failover_all_running": "no instance on the killed worker, numRunning == 3",
+                "cli": "wall time of the command in a fresh process, against a running worker",
+                "failover_all_running": "no instance on the killed worker, numRunning == 4",
             },
         }
-        progress("create -> running (cluster) vs localrun (bare instance):")
-        results["create"] = create_phase(cluster, workers, url, run_id, args.repeat)
+        progress("operations (warm instance processes, the default):")
+        warm = operations_phase(cluster, workers, run_id, args.repeat, "warm", localrun=True)
+        results["operations"] = warm
+        progress("command line:")
+        cluster.register(workers[0], "cli", EXAMPLE, className=CLASS_NAME, inputs=["cli-in"])
+        results["cli"] = cli_phase(cluster, workers[1], "cli", args.cli_runs)
         progress("failover (kill -9 of the leader):")
         results["failover"] = failover_phase(cluster, run_id, args.failovers)
+        cluster.stop_all()
+        if not args.no_cold:
+            cold_env = {**env, "MAGNETAR_WARM_INSTANCES": "0"}
+            cold, cold_workers, _ = start_cluster(url, root, run_id, "cold", cold_env)
+            clusters.append(cold)
+            progress("operations (no warm instance processes: the baseline):")
+            results["operations_cold"] = operations_phase(
+                cold, cold_workers, run_id, args.repeat, "cold", localrun=False
+            )
+            results["ratios_warm_vs_cold"] = {
+                op: warm[op]["median_s"] / results["operations_cold"][op]["median_s"]
+                for op in OPERATIONS
+            }
+        local = warm["localrun_baseline"]
+        results["ratio_create_vs_localrun_running_line"] = (
+            warm["create"]["median_s"] / local["running_line"]["median_s"]
+        )
+        results["ratio_first_output_vs_localrun"] = (
+            warm["create_first_output"]["median_s"] / local["first_output"]["median_s"]
+        )
+        results["targets"] = targets(warm, results["cli"])
 
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -620,36 +526,55 @@ def main() -> None:
         print_table(results)
         print(f"\nwritten to {output}")
     finally:
-        if cluster is not None:
-            cluster.stop_all()
+        for each in clusters:
+            each.stop_all()
         if broker is not None:
             broker.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
 def print_table(results: dict[str, Any]) -> None:
-    create, failover = results["create"], results["failover"]
-    local = create["localrun_baseline"]
+    warm, cli = results["operations"], results["cli"]
+    cold = results.get("operations_cold")
+    local = warm["localrun_baseline"]
+    print(
+        f"3 workers, parallelism {results['parallelism']}, warm instances "
+        f"{results['settings']['warm_instances']}, load average at start "
+        f"{results['load_average_at_start'][0]:.1f}"
+    )
+    print(f"\n{'measure':<30} {'median s':>9} {'p90 s':>7} {'target':>7} {'cold med':>9}")
+    for op in OPERATIONS:
+        goal = f"< {TARGETS_S[op]:g}" if op in TARGETS_S else ""
+        baseline = f"{cold[op]['median_s']:9.3f}" if cold else ""
+        stats = warm[op]
+        print(f"{op:<30} {stats['median_s']:>9.3f} {stats['p90_s']:>7.3f} {goal:>7} {baseline:>9}")
     rows = [
-        ("create -> all 3 running", create["cluster"]["all_running"], create["target_median_s"]),
-        ("create -> first output", create["cluster"]["first_output"], None),
+        ("create -> first output", warm["create_first_output"], None),
         ("localrun -> 'Running' line", local["running_line"], None),
         ("localrun -> first output", local["first_output"], None),
-        ("kill leader -> new leader", failover["new_leader"], None),
-        ("kill leader -> all running", failover["all_running"], failover["target_s"]),
+        ("cli: functions list", cli["functions_list"], TARGETS_S["cli_list"]),
+        ("cli: functions status", cli["functions_status"], None),
+        ("python -c pass", cli["python_baseline"], None),
+        ("python urllib GET", cli["urllib_get_baseline"], None),
+        ("kill leader -> new leader", results["failover"]["new_leader"], None),
+        ("kill leader -> all running", results["failover"]["all_running"], FAILOVER_TARGET_S),
     ]
-    liveness = results["settings"]["liveness_timeout_s"]
-    default = "default" if results["settings"]["liveness_timeout_is_default"] else "overridden"
-    print(f"3 workers, parallelism {create['parallelism']}, liveness {liveness} s ({default})")
-    print(f"\n{'measure':<28} {'median s':>9} {'p90 s':>7} {'target':>7}")
     for label, stats, target in rows:
         goal = f"< {target:g}" if target is not None else ""
-        print(f"{label:<28} {stats['median_s']:>9.3f} {stats['p90_s']:>7.3f} {goal:>7}")
+        cpu = f"  (CPU {stats['cpu']['median_s']:.3f})" if "cpu" in stats else ""
+        print(f"{label:<30} {stats['median_s']:>9.3f} {stats['p90_s']:>7.3f} {goal:>7}{cpu}")
+    if cold:
+        ratios = ", ".join(f"{op} {v:.2f}" for op, v in results["ratios_warm_vs_cold"].items())
+        print(f"\nratios of medians, warm / cold: {ratios}")
     print(
-        f"\nratios of medians: all running / localrun 'Running' line "
-        f"{create['ratio_all_running_vs_localrun_running_line']:.2f}; first output / localrun "
-        f"first output {create['ratio_first_output_vs_localrun_first_output']:.2f}"
+        f"ratios of medians: create / localrun 'Running' line "
+        f"{results['ratio_create_vs_localrun_running_line']:.2f}; first output / localrun "
+        f"first output {results['ratio_first_output_vs_localrun']:.2f}; functions list / "
+        f"urllib GET {cli['ratio_list_vs_urllib_get']:.2f} (CPU "
+        f"{cli['ratio_list_vs_urllib_get_cpu']:.2f})"
     )
+    met = ", ".join(f"{op} {'yes' if t['met'] else 'NO'}" for op, t in results["targets"].items())
+    print(f"targets met: {met}")
 
 
 if __name__ == "__main__":

@@ -37,13 +37,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pulsar
+from _cluster import magnetar_processes_in_group, progress, wait_until
 
 from magnetar.broker import EmbeddedBroker, find_free_port
 
@@ -60,39 +60,8 @@ EMPTY = "w1-new-empty"
 COLD = "w1-new"
 
 
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, poll: float) -> float:
-    """Seconds until ``condition`` holds; RuntimeError if it does not within ``timeout``."""
-    started = time.perf_counter()
-    while not condition():
-        if time.perf_counter() - started > timeout:
-            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(poll)
-    return time.perf_counter() - started
-
-
 def median_of(runs: list[dict[str, Any]], field: str) -> float:
     return float(statistics.median(run[field] for run in runs))
-
-
-def magnetar_processes_in_group(group: int) -> list[int]:
-    """Pids of the Python processes still in process group ``group`` (a session started
-    here), found through /proc so that no unrelated process is ever signalled."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[2]) == group and (b"magnetar" in cmdline or b"spawn_main" in cmdline):
-            found.append(int(entry.name))
-    return found
 
 
 class Workers:

@@ -13,6 +13,7 @@ def _stop_quietly(signum: int, frame: FrameType | None) -> None:
 signal.signal(signal.SIGINT, _stop_quietly)
 signal.signal(signal.SIGTERM, _stop_quietly)
 
-from magnetar.cli.app import CliContext, main  # noqa: E402 -- after the handlers, on purpose
+from magnetar.cli.app import main  # noqa: E402 -- after the handlers, on purpose
+from magnetar.cli.context import CliContext  # noqa: E402
 
 __all__ = ["CliContext", "main"]

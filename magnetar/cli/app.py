@@ -3,36 +3,32 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
 
 import click
 
-from magnetar.cli.functions import functions
-from magnetar.cli.functions_worker import functions_worker
-from magnetar.cli.spark import spark
-from magnetar.cli.tenancy import namespaces, tenants
-from magnetar.cli.tokens import tokens
-from magnetar.cli.topics import topics
-from magnetar.cli.worker import standalone, worker
+from magnetar.cli.context import CliContext
+from magnetar.cli.lazy import LazyGroup
 
 __all__ = ["CliContext", "main"]
 
-
-@dataclass(frozen=True)
-class CliContext:
-    """Global options every command can read through ``click.get_current_context().obj``."""
-
-    admin_url: str
-    """The worker's REST admin URL."""
-    broker_url: str | None
-    """The Pulsar service URL; None where a command may start the embedded broker."""
-    auth_token: str | None
-    """Bearer token sent to the admin API (a JWT when the worker checks tokens)."""
-    output: str
-    """``table`` for people, ``json`` for programs."""
+_COMMANDS = {
+    "functions": "magnetar.cli.functions:functions",
+    "functions-worker": "magnetar.cli.functions_worker:functions_worker",
+    "tokens": "magnetar.cli.tokens:tokens",
+    "topics": "magnetar.cli.topics:topics",
+    "spark": "magnetar.cli.spark:spark",
+    "tenants": "magnetar.cli.tenancy:tenants",
+    "namespaces": "magnetar.cli.tenancy:namespaces",
+    "worker": "magnetar.cli.worker:worker",
+    "standalone": "magnetar.cli.worker:standalone",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--admin-url",
     envvar="MAGNETAR_ADMIN_URL",
@@ -73,14 +69,3 @@ def main(
     signal.signal(signal.SIGINT, signal.default_int_handler)  # see magnetar.cli
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     ctx.obj = CliContext(admin_url, broker_url, auth_token, output_format)
-
-
-main.add_command(functions)
-main.add_command(functions_worker)
-main.add_command(tokens)
-main.add_command(topics)
-main.add_command(spark)
-main.add_command(tenants)
-main.add_command(namespaces)
-main.add_command(worker)
-main.add_command(standalone)

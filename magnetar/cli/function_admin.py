@@ -19,10 +19,9 @@ from magnetar.cli.admin import admin_client, fqfn_options, resolve_fqfn
 from magnetar.cli.function_flags import config_fields, function_config_options, is_url
 from magnetar.cli.render import emit_json, table
 from magnetar.exceptions import MagnetarError
-from magnetar.instance.config import FunctionConfig
 
 if TYPE_CHECKING:
-    from magnetar.cli.app import CliContext
+    from magnetar.cli.context import CliContext
 
 __all__ = ["register_admin_commands"]
 
@@ -113,6 +112,8 @@ def create(
       magnetar functions create --py examples/exclamation.py \\
           --classname exclamation.ExclamationFunction --inputs in --output out --parallelism 3
     """
+    from magnetar.instance.config import FunctionConfig
+
     fields = config_fields(function_config_file, **flags)
     target = _identity(fields, tenant, namespace, name, fqfn)
     tenant_, namespace_, name_ = target.split("/")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic.alias_generators import to_camel
 
-from magnetar.instance.config import FunctionConfig, load_config_file
+if TYPE_CHECKING:  # imported when used: `magnetar functions list` needs no pydantic
+    from magnetar.instance.config import FunctionConfig
 
 __all__ = [
     "config_fields",
@@ -214,6 +214,10 @@ _WINDOW_FLAGS = {
 
 def config_fields(function_config_file: str | None, **flags: Any) -> dict[str, Any]:
     """FunctionConfig fields (camelCase) from the config file overlaid with the given flags."""
+    from pydantic.alias_generators import to_camel
+
+    from magnetar.instance.config import load_config_file
+
     data: dict[str, Any] = load_config_file(function_config_file) if function_config_file else {}
     inputs = flags.pop("inputs", None)
     if inputs:
@@ -250,6 +254,8 @@ def config_fields(function_config_file: str | None, **flags: Any) -> dict[str, A
 
 def config_from_flags(function_config_file: str | None, **flags: Any) -> FunctionConfig:
     """The validated FunctionConfig from the config file overlaid with the given flags."""
+    from magnetar.instance.config import FunctionConfig
+
     return FunctionConfig.parse(config_fields(function_config_file, **flags))
 
 

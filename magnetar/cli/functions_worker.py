@@ -10,7 +10,7 @@ from magnetar.cli.admin import admin_client
 from magnetar.cli.render import emit_json, table
 
 if TYPE_CHECKING:
-    from magnetar.cli.app import CliContext
+    from magnetar.cli.context import CliContext
 
 __all__ = ["functions_worker"]
 

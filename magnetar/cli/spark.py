@@ -25,7 +25,7 @@ from magnetar.instance import FunctionConfig, InvalidFunctionConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from magnetar.cli.app import CliContext
+    from magnetar.cli.context import CliContext
     from magnetar.spark_connector import ReplayProgress, ReplayReport
 
 __all__ = ["spark"]

@@ -18,7 +18,7 @@ from magnetar.cli.admin import AdminError, admin_client, fqfn_options, resolve_f
 from magnetar.cli.render import emit_json, table
 
 if TYPE_CHECKING:
-    from magnetar.cli.app import CliContext
+    from magnetar.cli.context import CliContext
 
 __all__ = ["putstate", "querystate"]
 

@@ -22,7 +22,7 @@ from magnetar.broker_probe import check_broker
 from magnetar.topics import full_topic_name
 
 if TYPE_CHECKING:
-    from magnetar.cli.app import CliContext
+    from magnetar.cli.context import CliContext
 
 __all__ = ["connect", "topics"]
 

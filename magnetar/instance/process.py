@@ -7,6 +7,9 @@ signals blocked (see ``signals_blocked``), so one that arrives while the interpr
 starting waits, instead of killing the process or raising KeyboardInterrupt in an import, and
 is handled once the handlers are in place. Reports go through a multiprocessing queue: a
 ``MetricsSnapshot`` every ``metrics_interval_s`` and an ``InstanceExit`` last.
+
+A process may connect to the broker before it knows which instance it will run (the worker
+keeps such warm processes ready) and hand that client to ``run_instance_process``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pulsar
+
     from magnetar.client import Connection
     from magnetar.statestore import StateOptions
 
@@ -75,8 +80,14 @@ def signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
-    """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue."""
+def run_instance_process(
+    spec: InstanceProcessSpec, reports: Any, client: pulsar.Client | None = None
+) -> None:
+    """Run one instance until SIGTERM/SIGINT; ``reports`` is a multiprocessing queue.
+
+    ``client``: a client this process created earlier for ``spec.broker_url`` (a warm
+    process); None creates one. Either way the instance owns it and closes it at the end.
+    """
     stopping = threading.Event()
     instance: Any = None
 
@@ -98,10 +109,11 @@ def run_instance_process(spec: InstanceProcessSpec, reports: Any) -> None:
         format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
     )
     error = ""
-    client = state = None
+    state = None
     try:
         config = FunctionConfig.model_validate_json(spec.config_json)
-        client = create_client(spec.broker_url, connection=spec.connection)
+        if client is None:
+            client = create_client(spec.broker_url, connection=spec.connection)
         options = InstanceOptions(
             instance_id=spec.instance_id,
             metrics_interval_s=spec.metrics_interval_s,

@@ -191,6 +191,12 @@ class DeduplicatingRuntime:
         self._runtime = runtime
         self._policies = policies
 
+    def prepare(self) -> None:
+        self._runtime.prepare()
+
+    def close(self) -> None:
+        self._runtime.close()
+
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         self._policies.ensure_deduplication(spec.config)
         return self._runtime.start(spec)

@@ -62,6 +62,9 @@ class WorkerConfig(BaseModel):
     """How instances are placed on workers."""
     runtime: Literal["process", "thread"] = "process"
     """One OS process per instance, or threads inside the worker."""
+    warm_instances: int = Field(default=2, ge=0)
+    """Instance processes the process runtime keeps started and connected to the broker, so
+    that an assigned instance only has to subscribe (0: each starts from scratch)."""
     restart_backoff_initial_s: float = Field(default=0.5, gt=0)
     """First delay before restarting a crashed instance."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import httpx
+
 from magnetar.instance.config import FunctionConfig
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
@@ -120,12 +122,14 @@ class FunctionManager:
         assignments: AssignmentManager,
         leader: LeaderService,
         timeout_s: float,
+        http: httpx.Client,
         namespace_check: NamespaceCheck | None = None,
     ) -> None:
+        """``http``: the client that forwards changes to the leader."""
         self._metadata = metadata
         self._leader = leader
         self._namespace_check = namespace_check
-        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s)
+        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s, http)
 
     def submit(
         self, change: FunctionChange, authorization: str | None = None

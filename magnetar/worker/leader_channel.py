@@ -42,7 +42,10 @@ class LeaderChannel:
         assignments: AssignmentManager,
         worker_id: str,
         timeout_s: float,
+        http: httpx.Client,
     ) -> None:
+        """``http``: the worker's client for other workers (its connections are reused)."""
+        self._http = http
         self._metadata = metadata
         self._assignments = assignments
         self._worker_id = worker_id
@@ -87,7 +90,7 @@ class LeaderChannel:
         url = current.leader.admin_url.rstrip("/") + path
         try:
             headers = {"Authorization": authorization} if authorization else {}
-            response = httpx.post(url, json=body, headers=headers, timeout=self._timeout)
+            response = self._http.post(url, json=body, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as error:
             raise LeaderUnavailableError(
                 f"the leader {current.leader.worker_id} at {current.leader.admin_url} cannot "

@@ -78,6 +78,8 @@ class Membership:
         self._takeover_after = 0.0
         self.resubscriptions = 0
         """How often the leader was unreachable and this worker subscribed again."""
+        # one client for the probes: a new one each probe costs tens of milliseconds of CPU
+        self._http = httpx.Client(timeout=1.0, limits=httpx.Limits(keepalive_expiry=2.0))
 
     def start(self) -> None:
         self._producer = self._client.create_producer(self._topic, batching_enabled=False)
@@ -96,6 +98,7 @@ class Membership:
                 resource.close()
             except Exception as error:
                 log.debug("closing a membership resource failed: %s", error)
+        self._http.close()
 
     @property
     def is_leader(self) -> bool:
@@ -189,6 +192,14 @@ class Membership:
         if dead:
             self._on_members_changed()
 
+    def _answers(self, worker: WorkerInfo) -> bool:
+        """Whether the worker's HTTP server answers at all (any status will do)."""
+        try:
+            self._http.get(f"{worker.admin_url}/admin/v2/worker/cluster/leader/ready")
+        except httpx.HTTPError:
+            return False
+        return True
+
     def _watch_leader(self) -> None:
         """Take over once the known leader has been unreachable for long enough (see the
         module doc)."""
@@ -197,7 +208,7 @@ class Membership:
             return
         self._next_probe = now + self._interval
         leader = self._known_leader()
-        if leader is None or leader.worker_id == self.me.worker_id or _answers(leader):
+        if leader is None or leader.worker_id == self.me.worker_id or self._answers(leader):
             self._leader_unreachable_since = None
             return
         if self._leader_unreachable_since is None:
@@ -223,15 +234,6 @@ class Membership:
             self._consumer = self._subscribe()
         except Exception as error:
             log.warning("subscribing again to the coordination topic failed: %s", error)
-
-
-def _answers(worker: WorkerInfo) -> bool:
-    """Whether the worker's HTTP server answers at all (any status will do)."""
-    try:
-        httpx.get(f"{worker.admin_url}/admin/v2/worker/cluster/leader/ready", timeout=1.0)
-    except httpx.HTTPError:
-        return False
-    return True
 
 
 def _ignore(result: Any, message_id: Any) -> None:

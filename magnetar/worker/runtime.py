@@ -3,13 +3,15 @@
 A ``Runtime`` starts an instance from an ``InstanceSpec`` and hands back a ``RuntimeHandle``
 to stop, watch and query it. Two implementations:
 
-* ``ProcessRuntime`` (the default): one OS process per instance, started with the "spawn"
-  context as localrun does. The instance runs on that process's main thread, so ``timeoutMs``
-  is enforced, a crash or a leak in user code stays inside it, and instances use all cores.
-  Reports (metrics snapshots, the final exit) come back over a pipe that the handle reads
-  whenever it is asked something; the runtime manager asks every liveness interval (a pipe
-  left unread for minutes would make the instance wait on its next report). The same pipe is
-  the instance's lifeline: when the worker dies, its instances drain and exit.
+* ``ProcessRuntime`` (the default): one OS process per instance, forked from a fork server
+  that has imported the instance's modules once, and kept warm: a few processes wait,
+  connected to the broker, for the next instance to run. The instance runs on its process's
+  main thread, so ``timeoutMs`` is enforced, a crash or a leak in user code stays inside it,
+  and instances use all cores. Reports (metrics snapshots, the final exit) come back over a
+  pipe that the handle reads whenever it is asked something; the runtime manager asks every
+  liveness interval (a pipe left unread for minutes would make the instance wait on its next
+  report). The same pipe is the instance's lifeline: when the worker dies, its instances
+  drain and exit.
 * ``ThreadRuntime``: a ``FunctionInstance`` on a thread of the worker process. Cheaper to
   start, but ``timeoutMs`` cannot be enforced (SIGALRM only interrupts the main thread), a
   thread cannot be killed, and user code shares the worker's memory and GIL.
@@ -18,13 +20,17 @@ to stop, watch and query it. Two implementations:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -33,6 +39,7 @@ from typing import Any, Protocol
 
 import pulsar
 
+from magnetar.client import create_client
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.metrics import MetricsSnapshot
@@ -41,7 +48,9 @@ from magnetar.statestore import JournaledStateStore, StateOptions, instance_stat
 from magnetar.worker.model import instance_key
 
 __all__ = [
+    "INSTANCE_PROCESS_NAME",
     "RUNTIMES",
+    "WARM_PROCESS_NAME",
     "InstanceSpec",
     "ProcessRuntime",
     "Runtime",
@@ -113,6 +122,14 @@ class RuntimeHandle(Protocol):
 class Runtime(Protocol):
     """Starts function instances; the runtime manager decides which and when."""
 
+    def prepare(self) -> None:
+        """Get ready to start instances quickly (returns at once)."""
+        ...
+
+    def close(self) -> None:
+        """Release what ``prepare`` set up; the instances started are not affected."""
+        ...
+
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         """Start one instance and return at once (or once subscribed, for threads).
 
@@ -142,16 +159,36 @@ class StateLayout:
 _ORPHAN_GRACE_S = 45.0
 """How long an instance whose worker died may drain before it exits anyway."""
 
+INSTANCE_PROCESS_NAME = "magnetar-inst"
+"""What ``ps`` (and /proc/<pid>/comm) calls an instance process once it runs an instance."""
+WARM_PROCESS_NAME = "magnetar-warm"
+"""... and while it waits, warm, for an instance to run."""
 
-class _ReportPipe:
+_PR_SET_NAME = 15
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+
+_PRELOADED = ("magnetar.worker.runtime", "magnetar.statestore", "magnetar.instance.javascript")
+"""What the fork server imports once, so that no instance process imports it again."""
+
+
+class _WorkerPipe:
     """The instance process's end of the pipe to its worker.
 
-    The instance reports through ``put``; the worker never writes, so a read returns only
-    when the worker is gone (end of file), which is how an orphaned instance notices.
+    The worker writes once: the spec of the instance to run. From then on the instance
+    reports through ``put``, and a read returns only when the worker is gone (end of file),
+    which is how an orphaned instance notices.
     """
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
+
+    def receive_spec(self) -> InstanceProcessSpec | None:
+        """Wait for the instance to run; None when the worker is gone or closed the pool."""
+        try:
+            spec = self._connection.recv()
+        except (EOFError, OSError):
+            return None
+        return spec if isinstance(spec, InstanceProcessSpec) else None
 
     def put(self, report: object) -> None:
         # a failed write means the worker is gone; the lifeline thread stops the instance
@@ -165,13 +202,32 @@ class _ReportPipe:
                 self._connection.recv()
 
 
-def _run_instance(spec: InstanceProcessSpec, reports: _ReportPipe) -> None:
-    """The instance process: ``run_instance_process`` plus a lifeline to the worker, so an
-    instance whose worker was killed drains and exits instead of running unsupervised (and
-    twice, once its instances are rescheduled elsewhere)."""
+def _name_process(name: str) -> None:
+    """Name this process as ``ps`` shows it (Linux only; at most 15 bytes): the fork server's
+    children all share its command line."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
+
+
+def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
+    """The instance process. It connects to the broker first and then waits for the spec of
+    the instance to run, so a warm process only has to subscribe once it is handed one. It
+    runs ``run_instance_process`` with a lifeline to the worker, so an instance whose worker
+    was killed drains and exits instead of running unsupervised (and twice, once its
+    instances are rescheduled elsewhere)."""
+    _name_process(WARM_PROCESS_NAME)
+    # Ctrl-C reaches the whole process group: the worker decides what stops (a waiting
+    # process exits when the worker closes its pipe; an instance sets its own handler).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    client = create_client(broker_url)
+    spec = pipe.receive_spec()
+    if spec is None:
+        client.close()
+        return
+    _name_process(INSTANCE_PROCESS_NAME)
 
     def lifeline() -> None:
-        reports.wait_for_worker_exit()
+        pipe.wait_for_worker_exit()
         log.warning("the worker is gone; stopping the instance")
         os.kill(os.getpid(), signal.SIGTERM)  # the graceful stop, on the main thread
         time.sleep(_ORPHAN_GRACE_S)
@@ -179,11 +235,11 @@ def _run_instance(spec: InstanceProcessSpec, reports: _ReportPipe) -> None:
         os._exit(1)
 
     threading.Thread(target=lifeline, name="worker-lifeline", daemon=True).start()
-    run_instance_process(spec, reports)
+    run_instance_process(spec, pipe, client)
 
 
 class _ProcessHandle:
-    """An instance process and the reading end of its report pipe."""
+    """An instance process and the worker's end of its pipe."""
 
     def __init__(self, process: BaseProcess, reports: Connection) -> None:
         self._process = process
@@ -264,8 +320,24 @@ class _ProcessHandle:
                 self._reports = None
 
 
+@dataclass(frozen=True)
+class _IdleProcess:
+    """A started instance process waiting for its spec, and the worker's end of its pipe."""
+
+    process: BaseProcess
+    pipe: Connection
+
+
 class ProcessRuntime:
-    """One OS process per instance (``run_instance_process``), started with "spawn"."""
+    """One OS process per instance (``run_instance_process``), forked from a fork server.
+
+    Starting a fresh interpreter per instance (the "spawn" method) costs about half a second
+    of imports, more when several start at once. Instead a fork server (multiprocessing's
+    "forkserver" method: a process of its own, started once, with no threads) imports the
+    instance's modules once and forks every instance process from that state. On top of
+    that, ``warm`` processes are kept started and connected to the broker (``prepare``), so
+    an assignment only has to hand one its spec: it loads the function and subscribes.
+    """
 
     def __init__(
         self,
@@ -273,14 +345,53 @@ class ProcessRuntime:
         worker_id: str,
         log_level: int = logging.INFO,
         state: StateLayout | None = None,
+        warm: int = 2,
     ) -> None:
+        """``warm``: processes kept ready for the next instances (0: start each on demand)."""
+        if warm < 0:
+            raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
         self.worker_id = worker_id
         self.log_level = log_level
         self.state = state
-        # spawn, not fork: the worker has threads (and pulsar-client's) that fork would copy
-        # in whatever state they are in.
-        self._context = multiprocessing.get_context("spawn")
+        self.warm = warm
+        # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
+        # a fork would copy in whatever state they are in. The fork server has none.
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(_PRELOADED))
+        self._lock = threading.Lock()
+        self._idle: deque[_IdleProcess] = deque()
+        self._closed = False
+        self._refill = threading.Event()
+        self._refiller: threading.Thread | None = None
+
+    def prepare(self) -> None:
+        """Start the fork server, and a thread that keeps ``warm`` processes started (one
+        taken is replaced in the background: starting it is never on an instance's way)."""
+        multiprocessing.forkserver.ensure_running()
+        if self.warm and self._refiller is None:
+            self._refiller = threading.Thread(
+                target=self._keep_warm, name="warm-instances", daemon=True
+            )
+            self._refiller.start()
+        self._refill.set()
+
+    def close(self) -> None:
+        """Stop the warm processes that were never handed an instance."""
+        with self._lock:
+            self._closed = True
+        self._refill.set()
+        if self._refiller is not None:
+            self._refiller.join(10)
+        with self._lock:
+            idle, self._idle = list(self._idle), deque()
+        for entry in idle:
+            entry.pipe.close()  # end of file: the process exits without running anything
+        for entry in idle:
+            entry.process.join(5)
+            if entry.process.is_alive():
+                entry.process.kill()
+                entry.process.join(1)
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         process_spec = InstanceProcessSpec(
@@ -292,24 +403,78 @@ class ProcessRuntime:
             function_version=str(spec.version),
             state=self.state.options(spec) if self.state is not None else None,
         )
-        # Duplex: the instance writes reports, and reads only to learn that the worker died.
-        reader, writer = self._context.Pipe(duplex=True)
+        handle = self._hand_over(process_spec, spec.key)
+        self._refill.set()
+        return handle
+
+    def _hand_over(self, process_spec: InstanceProcessSpec, key: str) -> _ProcessHandle:
+        """Give the spec to a warm process, or else to a process started for it."""
+        while True:
+            with self._lock:
+                entry = self._idle.popleft() if self._idle else None
+            if entry is None:
+                entry = self._start_process()
+                try:
+                    entry.pipe.send(process_spec)
+                except OSError:  # just started and gone already: a crash of the instance
+                    entry.pipe.close()
+                    entry.process.kill()
+                    raise
+                break
+            try:
+                entry.pipe.send(process_spec)
+                break
+            except OSError:  # it died while waiting: the next one
+                entry.pipe.close()
+                entry.process.join(1)
+        entry.process.name = f"magnetar-instance {key}"
+        return _ProcessHandle(entry.process, entry.pipe)
+
+    def _keep_warm(self) -> None:
+        while True:
+            self._refill.wait()
+            self._refill.clear()
+            try:
+                self._replenish()
+            except Exception:  # the next instance started tries again
+                log.exception("starting a warm instance process failed")
+            with self._lock:
+                if self._closed:
+                    return
+
+    def _replenish(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed or len(self._idle) >= self.warm:
+                    return
+            entry = self._start_process()
+            with self._lock:
+                if not self._closed:
+                    self._idle.append(entry)
+                    continue
+            entry.pipe.close()
+            return
+
+    def _start_process(self) -> _IdleProcess:
+        # Duplex: the worker writes the spec; the process writes reports, and reads on
+        # only to learn that the worker died.
+        worker_end, process_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_run_instance,
-            args=(process_spec, _ReportPipe(writer)),
-            name=f"magnetar-instance {spec.key}",
+            args=(self.broker_url, _WorkerPipe(process_end)),
+            name="magnetar-instance (warm)",
             # a worker that exits without stopping its instances still takes them along
             daemon=True,
         )
         try:
             process.start()
         except BaseException:
-            reader.close()
+            worker_end.close()
             raise
         finally:
             # Only the child keeps its end, so each side sees EOF once the other has exited.
-            writer.close()
-        return _ProcessHandle(process, reader)
+            process_end.close()
+        return _IdleProcess(process, worker_end)
 
 
 # --- thread runtime -------------------------------------------------------------------------
@@ -367,6 +532,12 @@ class ThreadRuntime:
         self.worker_id = worker_id
         self.state = state
 
+    def prepare(self) -> None:
+        """Nothing to prepare: a thread starts at once."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         if spec.config.timeout_ms:
             log.warning(
@@ -406,11 +577,13 @@ def make_runtime(
     client: pulsar.Client | None = None,
     log_level: int = logging.INFO,
     state: StateLayout | None = None,
+    warm: int = 2,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
-    with ``state``, instances get a state store."""
+    with ``state``, instances get a state store; ``warm``: processes the process runtime
+    keeps ready."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state)
+        return ProcessRuntime(broker_url, worker_id, log_level, state, warm)
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")

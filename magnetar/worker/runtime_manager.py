@@ -29,7 +29,7 @@ __all__ = ["BackoffPolicy", "RuntimeManager"]
 log = logging.getLogger(__name__)
 
 _LATEST_EXCEPTIONS = 10
-_RETIRE_POLL_S = 0.1
+_RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
 
@@ -116,6 +116,7 @@ class RuntimeManager:
     def start(self) -> RuntimeManager:
         """Start the supervisor thread; instances given to ``apply`` run from then on."""
         if self._thread is None:
+            self.runtime.prepare()
             self._thread = threading.Thread(
                 target=self._supervise, name="runtime-manager", daemon=True
             )
@@ -270,6 +271,7 @@ class RuntimeManager:
                     break
                 timeout = self.liveness_interval_s if failed else self._next_wakeup()
             self._wake.wait(timeout)
+        self.runtime.close()
         log.info("runtime manager of worker %s stopped", self.worker_id)
 
     def _next_wakeup(self) -> float:

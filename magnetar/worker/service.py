@@ -9,6 +9,7 @@ import logging
 import threading
 from typing import Any
 
+import httpx
 import uvicorn
 
 from magnetar.client import create_client
@@ -102,6 +103,7 @@ class WorkerService:
             worker_id=config.worker_id,
             client=client,
             state=StateLayout(state_root, config.system_namespace),
+            warm=config.warm_instances,
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)
@@ -115,6 +117,12 @@ class WorkerService:
         self.reconciler = InstanceReconciler(
             config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
         )
+        # One client for every call to another worker: a new one per call would cost tens of
+        # milliseconds (TLS settings) on the paths users wait on (status, forwarded changes).
+        # Idle connections are dropped before the server's keep-alive (5 s) would end them.
+        http = self._http = httpx.Client(
+            timeout=config.request_timeout_s, limits=httpx.Limits(keepalive_expiry=2.0)
+        )
         tenancy: Tenancy
         if self._policies is not None:
             tenancy = BrokerTenancy(self._policies.admin)
@@ -126,12 +134,14 @@ class WorkerService:
                 config.pulsar_functions_cluster,
                 config.system_namespace,
                 config.request_timeout_s,
+                http,
             )
         self.functions = FunctionManager(
             self.metadata,
             self.assignments,
             self.leader,
             config.request_timeout_s,
+            http,
             # checked on the leader as it writes, unless the broker keeps the namespaces
             namespace_check=None if self._policies is not None else tenancy.check_namespace,
         )
@@ -146,6 +156,7 @@ class WorkerService:
             instances=self.runtime,
             trigger=FunctionTrigger(client),
             tenancy=tenancy,
+            http=http,
             auth=_admin_auth(config),
             state=self.state,
         )
@@ -225,6 +236,7 @@ class WorkerService:
         self.assignments.stop()
         self.metadata.stop()
         self.state.stop()
+        self._http.close()
         self._client.close()
         if self._policies is not None:
             self._policies.close()

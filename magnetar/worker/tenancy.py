@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
+import httpx
+
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
     AlreadyExistsError,
@@ -163,13 +165,14 @@ class TenancyManager:
         cluster: str,
         system_namespace: str,
         timeout_s: float,
+        http: httpx.Client,
     ) -> None:
         self._metadata = metadata
         self._leader = leader
         self._cluster = cluster
         self._system_namespace = system_namespace
         self._timeout = timeout_s
-        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s)
+        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s, http)
 
     # --- reads ----------------------------------------------------------------------------
     # A read first catches up with the metadata topic, so it sees what any worker changed

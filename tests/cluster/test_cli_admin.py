@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -276,6 +277,29 @@ def test_an_unreachable_worker_is_named() -> None:
     result = CliRunner().invoke(main, ["--admin-url", "http://127.0.0.1:9", "functions", "list"])
     assert result.exit_code == 1
     assert "cannot reach the Magnetar worker at http://127.0.0.1:9" in result.output
+
+
+_LOADED_BY_LIST = """
+import sys
+from magnetar.cli import main
+try:
+    main(["--admin-url", "http://127.0.0.1:9", "functions", "list"], standalone_mode=False)
+except Exception as error:
+    print(error, file=sys.stderr)
+heavy = ("fastapi", "pulsar", "pydantic", "pyspark", "httpx")
+heavy += ("magnetar.worker", "magnetar.instance")
+print(" ".join(sorted(name for name in sys.modules if name.startswith(heavy))))
+"""
+
+
+def test_functions_list_loads_only_what_it_needs() -> None:
+    # A command answers in the time its imports take: the worker, the clients and pydantic
+    # together cost a second, and an admin command needs none of them.
+    result = subprocess.run(
+        [sys.executable, "-c", _LOADED_BY_LIST], capture_output=True, text=True, check=True
+    )
+    assert "cannot reach the Magnetar worker at http://127.0.0.1:9" in result.stderr
+    assert result.stdout.split() == []
 
 
 def test_every_admin_command_has_help_with_an_example() -> None:

@@ -9,13 +9,14 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from signal import SIGCONT
 
 import httpx
 import pulsar
 
+from magnetar.worker.runtime import INSTANCE_PROCESS_NAME
 from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.conftest import descendants_named
 
 LIVENESS_S = 3.0
 
@@ -31,18 +32,9 @@ def three_workers(cluster: Cluster) -> list[Worker]:
 
 
 def instance_processes(worker: Worker) -> list[str]:
-    """Pids of the worker's instance processes (its multiprocessing "spawn" children)."""
-    children = subprocess.run(
-        ["pgrep", "-P", str(worker.process.pid)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    found = []
-    for pid in children:
-        try:
-            if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text():
-                found.append(pid)
-        except OSError:  # exited meanwhile
-            pass
-    return found
+    """Pids of the worker's running instance processes (forked by its fork server, so not
+    its children); warm ones waiting for an instance are not counted."""
+    return [str(pid) for pid in descendants_named(worker.process.pid, INSTANCE_PROCESS_NAME)]
 
 
 def running(cluster: Cluster, via: Worker, name: str) -> int:
@@ -130,6 +122,75 @@ def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> No
     # Every worker serves the same metadata (read-your-writes on the one asked).
     for worker in workers:
         assert cluster.get(worker, "/admin/v3/functions/public/default") == ["quick"]
+
+
+def test_update_and_restart_run_every_instance_anew_on_three_workers(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = three_workers(cluster)
+    topic = f"in-{uuid.uuid4().hex[:6]}"
+    created = cluster.create(
+        workers[0],
+        "greeter",
+        example="user_config.py",
+        className="user_config.GreetingFunction",
+        inputs=[topic],
+        output=f"{topic}-out",
+        parallelism=4,
+        userConfig={"greeting": "Hello"},
+    )
+    assert created.status_code == 200, created.text
+    wait_until(lambda: running(cluster, workers[1], "greeter") == 4, 30, "all 4 running")
+    hosts = {i["status"]["workerId"] for i in cluster.status(workers[2], "greeter")["instances"]}
+    assert hosts == {"w1", "w2", "w3"}
+    consumer = cluster_client.subscribe(
+        f"{topic}-out", "check", initial_position=pulsar.InitialPosition.Earliest
+    )
+    producer = cluster_client.create_producer(topic, batching_enabled=False)
+
+    def outputs(count: int) -> list[str]:
+        """The outputs of ``count`` new inputs (redelivered duplicates dropped)."""
+        sent = {f"v{uuid.uuid4().hex[:8]}" for _ in range(count)}
+        for value in sent:
+            producer.send(value.encode())
+        found: dict[str, str] = {}
+        while set(found) != sent:
+            greeting, value = consumer.receive(15_000).data().decode().split(", ")
+            if value in sent:
+                found[value] = greeting
+        return sorted(found.values())
+
+    def processes() -> set[str]:
+        return {pid for worker in workers for pid in instance_processes(worker)}
+
+    assert outputs(8) == ["Hello"] * 8
+    first = processes()
+    assert len(first) == 4
+
+    config = {"userConfig": {"greeting": "Hi"}}
+    updated = httpx.put(
+        f"{workers[1].url}/admin/v3/functions/public/default/greeter",
+        data={"functionConfig": json.dumps(config)},
+        timeout=30,
+    )
+    assert updated.status_code == 200, updated.text
+    wait_until(lambda: len(processes() - first) == 4, 30, "4 new instance processes")
+    wait_until(lambda: running(cluster, workers[0], "greeter") == 4, 30, "all 4 running")
+    assert outputs(8) == ["Hi"] * 8
+    second = processes()
+
+    restarted = httpx.post(
+        f"{workers[2].url}/admin/v3/functions/public/default/greeter/restart", timeout=30
+    )
+    assert restarted.status_code == 200, restarted.text
+    wait_until(lambda: len(processes() - second) == 4, 30, "4 new instance processes")
+    wait_until(lambda: running(cluster, workers[0], "greeter") == 4, 30, "all 4 running")
+    restarts = [
+        i["status"]["numRestarts"] for i in cluster.status(workers[0], "greeter")["instances"]
+    ]
+    assert restarts == [1, 1, 1, 1]
+    assert outputs(8) == ["Hi"] * 8
+    assert not processes() & (first | second)
 
 
 def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:

@@ -187,6 +187,8 @@ def test_trigger_answers_with_the_output_for_that_value(api: Api, tmp_path: Path
     )
     assert quiet.status_code == 204
     assert api.call(api.workers[1], "POST", f"{FUNCTIONS}/quiet/stop").status_code == 204
+    # stop returns once recorded (as in Apache Pulsar); the instance drains after that
+    wait_until(lambda: api.status("quiet")["numRunning"] == 0, 15, "quiet stopped")
     timed_out = api.call(api.workers[0], "POST", f"{FUNCTIONS}/quiet/trigger", data={"data": "x"})
     assert timed_out.status_code == 408
     assert timed_out.json() == {"reason": "Request Timed Out"}

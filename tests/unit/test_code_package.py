@@ -79,8 +79,7 @@ def test_a_wheel_package_with_its_dependency(tmp_path: Path, offline: None) -> N
         f"asker_{uuid.uuid4().hex[:6]}",
         {
             "asker.py": (
-                f"from {dependency} import LOUD\n\n\n"
-                "def process(input):\n    return input + LOUD\n"
+                f"from {dependency} import LOUD\n\n\ndef process(input):\n    return input + LOUD\n"
             )
         },
         requires=(dependency,),

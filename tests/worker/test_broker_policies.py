@@ -358,6 +358,12 @@ class RecordingRuntime:
     def __init__(self) -> None:
         self.started: list[str] = []
 
+    def prepare(self) -> None:
+        """Nothing to prepare."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         self.started.append(spec.key)
         return StartedHandle(spec)

@@ -15,8 +15,16 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.worker.runtime import InstanceSpec, ProcessRuntime, ThreadRuntime, make_runtime
+from magnetar.worker.runtime import (
+    INSTANCE_PROCESS_NAME,
+    WARM_PROCESS_NAME,
+    InstanceSpec,
+    ProcessRuntime,
+    ThreadRuntime,
+    make_runtime,
+)
 from magnetar.worker.runtime_manager import BackoffPolicy
+from tests.conftest import descendants_named
 from tests.integration.conftest import collect, produce, values, wait_for
 from tests.worker.conftest import (
     WORKER_ID,
@@ -191,6 +199,52 @@ def test_instance_stuck_in_user_code_is_killed_after_the_stop_timeout(
     assert "did not stop within 1 s; killing it" in caplog.text
 
 
+def warm_processes() -> list[int]:
+    return descendants_named(os.getpid(), WARM_PROCESS_NAME)
+
+
+def test_instances_start_in_warm_processes_and_the_pool_refills(
+    client: pulsar.Client, broker_url: str, start_manager: StartManager, topic: str
+) -> None:
+    manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, warm=2))
+    wait_for(lambda: len(warm_processes()) == 2)
+    ready = set(warm_processes())
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out", parallelism=2)
+    specs = instance_specs(config)
+    manager.apply(specs)
+    produce(client, topic, [f"w-{i}" for i in range(10)])
+
+    assert sorted(values(collect(client, f"{topic}-out", 10))) == sorted(
+        f"w-{i}!" for i in range(10)
+    )
+    # the instances run in the processes that were waiting, and two more wait in their place
+    pids = {manager.pid(key) for key in specs}
+    assert pids == ready
+    assert set(descendants_named(os.getpid(), INSTANCE_PROCESS_NAME)) >= pids
+    wait_for(lambda: len(warm_processes()) == 2)
+    assert not set(warm_processes()) & pids
+
+    manager.stop(drain=True)
+    assert manager.wait(30)
+    wait_for(lambda: warm_processes() == [])
+    assert not any(pid_exists(pid) for pid in pids if pid is not None)
+
+
+def test_without_warm_processes_each_instance_starts_on_demand(
+    client: pulsar.Client, broker_url: str, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out")
+    specs = instance_specs(config)
+    manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, warm=0))
+    manager.apply(specs)
+    produce(client, topic, ["a", "b"])
+
+    assert values(collect(client, f"{topic}-out", 2)) == ["a!", "b!"]
+    assert warm_processes() == []
+    with pytest.raises(ValueError, match="warm must be 0 or more"):
+        ProcessRuntime(broker_url, WORKER_ID, warm=-1)
+
+
 def test_thread_runtime_runs_and_stops_an_instance(
     client: pulsar.Client, start_manager: StartManager, topic: str
 ) -> None:
@@ -264,10 +318,14 @@ def test_instances_of_a_killed_worker_stop_instead_of_running_orphaned(
         instance_pid = int(worker.stdout.readline())
         produce(client, topic, ["alive"])
         assert values(collect(client, f"{topic}-out", 1)) == ["alive!"]
+        wait_for(lambda: len(descendants_named(worker.pid, WARM_PROCESS_NAME)) == 2)
+        warm = descendants_named(worker.pid, WARM_PROCESS_NAME)
     finally:
         worker.kill()
         worker.wait()
     wait_for(lambda: not pid_exists(instance_pid), timeout=10)
+    # the processes kept warm for it notice as well, and exit
+    wait_for(lambda: not any(pid_exists(pid) for pid in warm), timeout=10)
 
 
 def test_restart_backoff_grows_to_its_maximum() -> None:

@@ -57,7 +57,9 @@ def _send(
     authorization = request.headers.get("authorization")
     if authorization:
         headers["Authorization"] = authorization
-    return httpx.request(method, url.rstrip("/") + path, headers=headers, timeout=timeout, **kwargs)
+    return services(request).http.request(
+        method, url.rstrip("/") + path, headers=headers, timeout=timeout, **kwargs
+    )
 
 
 def call_worker(

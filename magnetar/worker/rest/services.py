@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import httpx
+
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.statestore import StateQueryService
 from magnetar.worker.assignments import AssignmentManager
@@ -52,6 +54,8 @@ class RestServices:
     trigger: FunctionTrigger
     tenancy: Tenancy
     """Tenants and namespaces: the metadata topic's, or the broker admin API's."""
+    http: httpx.Client
+    """The worker's HTTP client for other workers (its connections are kept and reused)."""
     auth: AdminAuth | None = None
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
