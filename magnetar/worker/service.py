@@ -21,7 +21,7 @@ from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
-from magnetar.worker.model import WorkerInfo
+from magnetar.worker.model import WorkerInfo, WorkerReport
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
@@ -76,6 +76,7 @@ class WorkerService:
             on_members_changed=self._on_members_changed,
             known_leader=self._known_leader,
             known_workers=self._known_workers,
+            report=self._report,
         )
         self.leader = LeaderService(
             me,
@@ -83,7 +84,6 @@ class WorkerService:
             self.metadata,
             self.assignments,
             make_scheduler(config.scheduler),
-            config.heartbeat_interval_s,
             config.request_timeout_s,
         )
         state_root = config.data_dir / "state"
@@ -142,14 +142,28 @@ class WorkerService:
 
     # The managers call back into each other; these bind late, after all are built.
     def _known_leader(self) -> WorkerInfo | None:
-        """The leader of the newest assignment, if any."""
+        """The leader of the newest assignment, once this worker has replayed them (an
+        older one's leader may be long gone)."""
         current = self.assignments.current
-        return None if current is None else current.leader
+        if current is None or not self.assignments.wait_caught_up(0):
+            return None
+        return current.leader
 
     def _known_workers(self) -> list[WorkerInfo]:
         """The workers of the newest assignment."""
         current = self.assignments.current
         return [] if current is None else current.workers
+
+    def _report(self) -> WorkerReport:
+        """For the heartbeats: the assignment applied here, and its instances here that do
+        not run yet."""
+        current = self.assignments.current
+        if current is None:
+            return WorkerReport(None)
+        mine = {key for key, owner in current.assignment.items() if owner == self.config.worker_id}
+        return WorkerReport(
+            (current.term, current.version), frozenset(mine - self.runtime.running_keys())
+        )
 
     def _on_leadership(self, leader: bool) -> None:
         self.leader.on_leadership(leader)
