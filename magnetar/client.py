@@ -7,6 +7,11 @@ refused and times out. Each client therefore first uses up a random number of co
 on a private topic (a reader costs well under a millisecond), and a subscribe that times out
 is tried again, which takes the next id. On Apache Pulsar, where ids are per connection,
 this costs a few cheap readers at startup and nothing else.
+
+The client library's log goes into Python's logging (logger ``magnetar.pulsar_client``), at
+Magnetar's levels: its INFO chatter is DEBUG here, and so is what the embedded broker makes
+it report in normal operation (asking an empty topic for its last message id fails). Its
+DEBUG (a line per message) is kept out unless that logger is set to DEBUG explicitly.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 import pulsar
 
-__all__ = ["create_client", "newest_first", "subscribe"]
+__all__ = ["client_logger", "create_client", "newest_first", "subscribe"]
 
 log = logging.getLogger(__name__)
 
@@ -26,14 +31,41 @@ _ID_SPREAD = 128
 _SPREAD_TOPIC = "persistent://public/default/__magnetar_consumer_ids"
 _SUBSCRIBE_ATTEMPTS = 4
 _NEWEST_FIRST = 10**20
+_CLIENT_LOGGER = "magnetar.pulsar_client"
+_EXPECTED = (
+    # pulsar-lite answers a getLastMessageId on an empty topic with an error
+    "Failed to getLastMessageId: UnknownError",
+    "(Topic has no messages)",
+)
+
+
+class _ClientLogLevels(logging.Filter):
+    """Puts the client library's records at Magnetar's levels (see the module doc)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO and not any(
+            expected in record.getMessage() for expected in _EXPECTED
+        ):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def client_logger() -> logging.Logger:
+    """The logger to give ``pulsar.Client(logger=...)``: the client's log at our levels."""
+    logger = logging.getLogger(_CLIENT_LOGGER)
+    if not any(isinstance(f, _ClientLogLevels) for f in logger.filters):
+        logger.addFilter(_ClientLogLevels())
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+    return logger
 
 
 def create_client(service_url: str, operation_timeout_s: int = 3) -> pulsar.Client:
-    """A quiet client whose consumer ids are unlikely to collide with other clients'."""
+    """A client that logs through ``client_logger`` and whose consumer ids are unlikely to
+    collide with other clients'."""
     client = pulsar.Client(
-        service_url,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        operation_timeout_seconds=operation_timeout_s,
+        service_url, logger=client_logger(), operation_timeout_seconds=operation_timeout_s
     )
     try:
         for _ in range(random.randrange(_ID_SPREAD)):

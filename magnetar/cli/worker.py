@@ -12,19 +12,31 @@ from typing import Any
 
 import click
 
-from magnetar.broker import BrokerError, EmbeddedBroker
+from magnetar.broker import BrokerError, EmbeddedBroker, find_free_port, port_is_free
 from magnetar.exceptions import MagnetarError
 from magnetar.worker.config import WorkerConfig, load_worker_config
 from magnetar.worker.service import WorkerService
 
 __all__ = ["standalone", "worker"]
 
+BROKER_PORT = 6650
+"""The embedded broker's port when it is free (the one the README's examples use)."""
+HTTP_PORT = 8080
+"""The first worker's REST port when it is free (the CLI's default --admin-url)."""
+_HOST = "127.0.0.1"
+
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    numeric = getattr(logging, level.upper())
+    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if numeric > logging.DEBUG:
+        # httpx logs every request at INFO, and workers ask each other twice a second
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def pick_port(preferred: int, host: str = _HOST) -> int:
+    """``preferred`` if nothing listens there, else a free port."""
+    return preferred if port_is_free(host, preferred) else find_free_port(host)
 
 
 def _run_until_signal(services: list[WorkerService]) -> None:
@@ -117,13 +129,16 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
     type=click.Path(file_okay=False),
     help="Broker data and package caches [default: a temporary directory].",
 )
-@click.option("--broker-port", type=int, help="Port of the embedded broker [default: free].")
+@click.option(
+    "--broker-port",
+    type=int,
+    help=f"Port of the embedded broker [default: {BROKER_PORT}, or a free one if it is taken].",
+)
 @click.option(
     "--http-port",
     type=int,
-    default=8080,
-    show_default=True,
-    help="REST port of the first worker; the others use the next ports.",
+    help=f"REST port of the first worker; the others use the next ports [default: {HTTP_PORT}, "
+    "or free ones where taken].",
 )
 @click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True)
 @click.option(
@@ -139,7 +154,7 @@ def standalone(
     config_file: str | None,
     data_dir: str | None,
     broker_port: int | None,
-    http_port: int,
+    http_port: int | None,
     workers: int,
     runtime: str,
     log_level: str,
@@ -152,24 +167,35 @@ def standalone(
     """
     _configure_logging(log_level)
     root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="magnetar-"))
+    if broker_port is None:
+        broker_port = pick_port(BROKER_PORT)
+        if broker_port != BROKER_PORT:
+            url = f"pulsar://{_HOST}:{broker_port}"
+            click.echo(
+                f"Port {BROKER_PORT} is taken, so the broker listens on {url}: "
+                f"give commands --broker-url {url} (or set MAGNETAR_BROKER_URL)",
+                err=True,
+            )
     try:
-        with EmbeddedBroker(root / "broker", port=broker_port) as broker:
+        with EmbeddedBroker(root / "broker", host=_HOST, port=broker_port) as broker:
             services: list[WorkerService] = []
             try:
                 for index in range(workers):
+                    worker_id = f"worker-{index + 1}"
                     config = _standalone_config(
                         config_file,
-                        worker_id=f"worker-{index + 1}",
+                        worker_id=worker_id,
                         broker_url=broker.service_url,
-                        http_port=http_port + index,
-                        data_dir=root / f"worker-{index + 1}",
+                        http_port=_worker_port(worker_id, http_port, index),
+                        data_dir=root / worker_id,
                         runtime=runtime,
                     )
                     services.append(_start(config))
-                    click.echo(f"worker-{index + 1}: {config.admin_url}", err=True)
+                    click.echo(f"{worker_id}: {config.admin_url}", err=True)
                 click.echo(
                     f"Magnetar standalone: broker {broker.service_url}, {workers} "
-                    f"worker{'s' if workers > 1 else ''}; Ctrl-C to stop",
+                    f"worker{'s' if workers > 1 else ''}, REST API {services[0].config.admin_url}; "
+                    "Ctrl-C to stop",
                     err=True,
                 )
             except BaseException:
@@ -182,6 +208,24 @@ def standalone(
     finally:
         if not data_dir:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _worker_port(worker_id: str, first: int | None, index: int) -> int:
+    """The REST port of the ``index``-th standalone worker: the one after the first's, as
+    asked or, by default, from 8080 on where free (saying so where not)."""
+    if first is not None:
+        return first + index
+    preferred = HTTP_PORT + index
+    port = pick_port(preferred)
+    if port != preferred:
+        url = f"http://{_HOST}:{port}"
+        hint = (
+            f": give commands --admin-url {url} (or set MAGNETAR_ADMIN_URL)" if index == 0 else ""
+        )
+        click.echo(
+            f"Port {preferred} is taken, so {worker_id}'s REST API is at {url}{hint}", err=True
+        )
+    return port
 
 
 def _standalone_config(config_file: str | None, **flags: Any) -> WorkerConfig:
