@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -53,6 +56,22 @@ def _run_until_signal(services: list[WorkerService]) -> None:
         click.echo("Stopping: finishing in-flight messages...", err=True)
         for service in reversed(services):
             service.stop(drain=True)
+
+
+def _run_then_exit(run: Callable[[], None]) -> NoReturn:
+    """Run a command, then end the process without finalizing the interpreter: the Pulsar
+    client library's threads may log into Python while it finalizes, which aborts the
+    process (see ``magnetar.client``)."""
+    code = 0
+    try:
+        run()
+    except click.ClickException as error:
+        error.show()
+        code = error.exit_code
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _start(config: WorkerConfig) -> WorkerService:
@@ -108,6 +127,10 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
         )
     except MagnetarError as error:
         raise click.ClickException(str(error)) from None
+    _run_then_exit(lambda: _serve_until_signal(config))
+
+
+def _serve_until_signal(config: WorkerConfig) -> None:
     service = _start(config)
     click.echo(
         f"Worker {config.worker_id} serving {config.admin_url} "
@@ -166,6 +189,19 @@ def standalone(
       magnetar standalone --workers 3     # REST APIs on ports 8080, 8081, 8082
     """
     _configure_logging(log_level)
+    _run_then_exit(
+        lambda: _run_standalone(config_file, data_dir, broker_port, http_port, workers, runtime)
+    )
+
+
+def _run_standalone(
+    config_file: str | None,
+    data_dir: str | None,
+    broker_port: int | None,
+    http_port: int | None,
+    workers: int,
+    runtime: str,
+) -> None:
     root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="magnetar-"))
     if broker_port is None:
         broker_port = pick_port(BROKER_PORT)

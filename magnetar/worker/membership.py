@@ -181,7 +181,9 @@ class Membership:
                 self._consumer.acknowledge(message)
                 self._record(message)
             self._update()
-            if not self._leader:
+            if self._leader:
+                self._leader_unreachable_since = None  # a later wait starts afresh
+            else:
                 self._watch_leader()
 
     def _record(self, message: Any) -> None:

@@ -53,7 +53,10 @@ class WorkerService:
         self._policies = broker_policies(config)
         if self._policies is not None:
             self._policies.prepare_system_namespace(config)
-        client = self._client = create_client(config.broker_url)
+        client = self._client = create_client(config.broker_url, log_to_python=True)
+        # Instances on threads get a client of their own: a client logging to Python costs
+        # every message a trip into the interpreter (see magnetar.client).
+        self._data_client = create_client(config.broker_url) if config.runtime == "thread" else None
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.packages = PackageStore(
             client, config.system_topic(config.packages_topic), config.data_dir / "packages"
@@ -94,7 +97,7 @@ class WorkerService:
             config.runtime,
             broker_url=config.broker_url,
             worker_id=config.worker_id,
-            client=client,
+            client=self._data_client,
             state=StateLayout(state_root, config.system_namespace),
         )
         if self._policies is not None:
@@ -215,6 +218,8 @@ class WorkerService:
         self.assignments.stop()
         self.metadata.stop()
         self.state.stop()
+        if self._data_client is not None:
+            self._data_client.close()
         self._client.close()
         if self._policies is not None:
             self._policies.close()
