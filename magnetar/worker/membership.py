@@ -7,15 +7,15 @@ the heartbeats tell the leader who is alive. Heartbeats carry their send time: o
 backlog handed to a new leader, or prefetched by a worker that was paused) prove nothing and
 are dropped.
 
-A worker claims the leadership only once fresh heartbeats have kept arriving for two
-heartbeat intervals. When the leader's connection to the broker drops and comes back (a
-broker restart, a keep-alive timeout under load), the broker hands the subscription to the
-next consumer for a moment and back to the leader's, whose name sorts first: a worker that
-claimed on the first heartbeat of that moment would take a new term and depose a leader
-that never died. Those two intervals also let a new leader hear from every live worker
-before it schedules. It presumes alive, for one liveness timeout, the workers of the
-assignment in force it has not heard from yet (all but the previous leader, whose loss is
-the likely reason for the change), so a slow heartbeat does not move their instances.
+A worker claims the leadership only once fresh heartbeats have kept arriving, without a
+break, for two heartbeat intervals. When the leader's connection to the broker drops and
+comes back (a broker restart, a keep-alive timeout under load), the broker hands the
+subscription to the next consumer for a moment and back to the leader's, whose name sorts
+first: a worker that claimed on the first heartbeat of that moment would take a new term and
+depose a leader that never died. Those two intervals also let a new leader hear from every
+live worker before it schedules. It presumes alive, for one liveness timeout, the workers of
+the assignment in force it has not heard from yet (all but the previous leader, whose loss
+is the likely reason for the change), so a slow heartbeat does not move their instances.
 
 pulsar-lite 0.2 never removes a consumer whose connection was reset (its process killed
 while the broker wrote to it), and makes active the consumer whose name sorts first: a dead
@@ -76,7 +76,10 @@ class Membership:
         self._liveness = liveness_timeout_s
         # Leadership is lost quickly (a few missed heartbeats) so two leaders overlap little.
         self._leadership_timeout = max(3 * heartbeat_interval_s, 1.0)
+        # A claim needs an unbroken run of fresh heartbeats (each worker sends one per
+        # interval, so a gap of two means the run broke) this long.
         self._claim_after = 2 * heartbeat_interval_s
+        self._run_gap = 2 * heartbeat_interval_s
         self._on_leadership = on_leadership
         self._on_members_changed = on_members_changed
         self._report = report
@@ -199,7 +202,7 @@ class Membership:
         if now - sent_at > self._leadership_timeout:
             return
         fresh_at = time.monotonic()
-        if self._fresh_since is None or fresh_at - self._last_fresh >= self._leadership_timeout:
+        if self._fresh_since is None or fresh_at - self._last_fresh > self._run_gap:
             self._fresh_since = fresh_at
         self._last_fresh = fresh_at
         with self._lock:
@@ -217,7 +220,10 @@ class Membership:
             self._fresh_since = None
         leader = receiving and (
             self._leader
-            or (self._fresh_since is not None and now - self._fresh_since >= self._claim_after)
+            or (
+                self._fresh_since is not None
+                and self._last_fresh - self._fresh_since >= self._claim_after
+            )
         )
         if leader != self._leader:
             self._leader = leader

@@ -166,3 +166,35 @@ def test_the_leader_that_receives_no_heartbeats_takes_the_subscription_back(
         assert not second.is_leader and second.resubscriptions == 0
     finally:
         ghost_client.close()
+
+
+def test_a_moment_with_the_subscription_is_no_claim_to_the_leadership(
+    membership: NewMembership, broker_url: str, coordination_topic: str
+) -> None:
+    # What a standby worker sees when the leader's connection drops and comes back: the
+    # broker hands it the subscription for a moment. Here consumers that sort first and
+    # never read play the leader.
+    holders = create_client(broker_url)
+
+    def hold(name: str) -> pulsar.Consumer:
+        return holders.subscribe(
+            coordination_topic,
+            "participants",
+            consumer_type=pulsar.ConsumerType.Failover,
+            consumer_name=name,
+        )
+
+    try:
+        first = hold("0-holder")
+        standby = membership("w2", lambda: None)
+        time.sleep(1.5)
+        assert not standby.is_leader
+        first.close()
+        time.sleep(0.3)  # the standby receives fresh heartbeats for this long
+        hold("0-holder-back")
+
+        assert not wait_for(lambda: standby.is_leader, 3), "a moment made it leader"
+    finally:
+        holders.close()
+    # once the subscription stays with it, it leads
+    assert wait_for(lambda: standby.is_leader, 5)
