@@ -155,6 +155,10 @@ class Membership:
         while not self._stop.is_set():
             try:
                 report = self._report()
+            except Exception:  # a heartbeat must go out all the same: the worker is alive
+                log.exception("reporting this worker's instances failed")
+                report = WorkerReport(None)
+            try:
                 body = json.dumps(
                     {
                         **payload,
