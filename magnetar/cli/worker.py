@@ -203,47 +203,72 @@ def _run_standalone(
     runtime: str,
 ) -> None:
     root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="magnetar-"))
-    if broker_port is None:
-        broker_port = pick_port(BROKER_PORT)
-        if broker_port != BROKER_PORT:
-            url = f"pulsar://{_HOST}:{broker_port}"
-            click.echo(
-                f"Port {BROKER_PORT} is taken, so the broker listens on {url}: "
-                f"give commands --broker-url {url} (or set MAGNETAR_BROKER_URL)",
-                err=True,
-            )
     try:
-        with EmbeddedBroker(root / "broker", host=_HOST, port=broker_port) as broker:
-            services: list[WorkerService] = []
-            try:
-                for index in range(workers):
-                    worker_id = f"worker-{index + 1}"
-                    config = _standalone_config(
-                        config_file,
-                        worker_id=worker_id,
-                        broker_url=broker.service_url,
-                        http_port=_worker_port(worker_id, http_port, index),
-                        data_dir=root / worker_id,
-                        runtime=runtime,
-                    )
-                    services.append(_start(config))
-                    click.echo(f"{worker_id}: {config.admin_url}", err=True)
-                click.echo(
-                    f"Magnetar standalone: broker {broker.service_url}, {workers} "
-                    f"worker{'s' if workers > 1 else ''}, REST API {services[0].config.admin_url}; "
-                    "Ctrl-C to stop",
-                    err=True,
-                )
-            except BaseException:
-                for service in services:
-                    service.stop(drain=False)
-                raise
-            _run_until_signal(services)
+        broker = _start_broker(root / "broker", broker_port)
+        try:
+            _run_workers(broker, root, config_file, http_port, workers, runtime)
+        finally:
+            broker.stop()
     except BrokerError as error:
         raise click.ClickException(str(error)) from None
     finally:
         if not data_dir:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_workers(
+    broker: EmbeddedBroker,
+    root: Path,
+    config_file: str | None,
+    http_port: int | None,
+    workers: int,
+    runtime: str,
+) -> None:
+    """Start the standalone workers on ``broker``; run them until Ctrl-C."""
+    services: list[WorkerService] = []
+    try:
+        for index in range(workers):
+            worker_id = f"worker-{index + 1}"
+            config = _standalone_config(
+                config_file,
+                worker_id=worker_id,
+                broker_url=broker.service_url,
+                http_port=_worker_port(worker_id, http_port, index),
+                data_dir=root / worker_id,
+                runtime=runtime,
+            )
+            services.append(_start(config))
+            click.echo(f"{worker_id}: {config.admin_url}", err=True)
+        click.echo(
+            f"Magnetar standalone: broker {broker.service_url}, {workers} "
+            f"worker{'s' if workers > 1 else ''}, REST API {services[0].config.admin_url}; "
+            "Ctrl-C to stop",
+            err=True,
+        )
+    except BaseException:
+        for service in services:
+            service.stop(drain=False)
+        raise
+    _run_until_signal(services)
+
+
+def _start_broker(data_dir: Path, port: int | None) -> EmbeddedBroker:
+    """The embedded broker, started: on ``port``, or by default on 6650 where free and else
+    on a free port (saying which)."""
+    if port is not None:
+        return EmbeddedBroker(data_dir, host=_HOST, port=port).start()
+    if port_is_free(_HOST, BROKER_PORT):
+        try:
+            return EmbeddedBroker(data_dir, host=_HOST, port=BROKER_PORT).start()
+        except BrokerError:
+            pass  # taken in the meantime
+    broker = EmbeddedBroker(data_dir, host=_HOST).start()
+    click.echo(
+        f"Port {BROKER_PORT} is taken, so the broker listens on {broker.service_url}: "
+        f"give commands --broker-url {broker.service_url} (or set MAGNETAR_BROKER_URL)",
+        err=True,
+    )
+    return broker
 
 
 def _worker_port(worker_id: str, first: int | None, index: int) -> int:
