@@ -8,14 +8,15 @@ backlog handed to a new leader, or prefetched by a worker that was paused) prove
 are dropped.
 
 A worker claims the leadership only once fresh heartbeats have kept arriving, without a
-break, for two heartbeat intervals. When the leader's connection to the broker drops and
-comes back (a broker restart, a keep-alive timeout under load), the broker hands the
-subscription to the next consumer for a moment and back to the leader's, whose name sorts
-first: a worker that claimed on the first heartbeat of that moment would take a new term and
-depose a leader that never died. Those two intervals also let a new leader hear from every
-live worker before it schedules. It presumes alive, for one liveness timeout, the workers of
-the assignment in force it has not heard from yet (all but the previous leader, whose loss
-is the likely reason for the change), so a slow heartbeat does not move their instances.
+break, for two heartbeat intervals (at the first one when it took over, see below). When
+the leader's connection to the broker drops and comes back (a broker restart, a keep-alive
+timeout under load), the broker hands the subscription to the next consumer for a moment
+and back to the leader's, whose name sorts first: a worker that claimed on the first
+heartbeat of that moment would take a new term and depose a leader that never died. Those
+two intervals also let a new leader hear from every live worker before it schedules. It
+presumes alive, for one liveness timeout, the workers of the assignment in force it has not
+heard from yet (all but the previous leader, whose loss is the likely reason for the
+change), so a slow heartbeat does not move their instances.
 
 pulsar-lite 0.2 never removes a consumer whose connection was reset (its process killed
 while the broker wrote to it), and makes active the consumer whose name sorts first: a dead
@@ -80,6 +81,10 @@ class Membership:
         # interval, so a gap of two means the run broke) this long.
         self._claim_after = 2 * heartbeat_interval_s
         self._run_gap = 2 * heartbeat_interval_s
+        self._took_over = False
+        """Whether this worker subscribed again to take over: its first fresh heartbeat
+        then suffices (the leader was unreachable; pulsar-lite may deliver only a trickle
+        to the new consumer at first)."""
         self._on_leadership = on_leadership
         self._on_members_changed = on_members_changed
         self._report = report
@@ -224,6 +229,7 @@ class Membership:
             self._fresh_since = None
         leader = receiving and (
             self._leader
+            or self._took_over
             or (
                 self._fresh_since is not None
                 and self._last_fresh - self._fresh_since >= self._claim_after
@@ -233,6 +239,7 @@ class Membership:
             self._leader = leader
             log.info("%s %s leader", self.me.worker_id, "became" if leader else "is no longer")
             if leader:
+                self._took_over = False
                 self._presume_known_workers_alive()
             else:
                 with self._lock:
@@ -311,6 +318,7 @@ class Membership:
             )
         self._leader_unreachable_since = None
         self.resubscriptions += 1
+        self._took_over = True
         self._consumer_name = f"!{newest_first()}-{self.me.worker_id}"
         try:
             self._consumer.close()
