@@ -43,7 +43,7 @@ def test_a_dead_workers_instances_spread_and_it_gets_its_share_back(cluster: Clu
             workers[0], name, inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=4
         )
         assert created.status_code == 200, created.text
-    wait_until(lambda: all_running(cluster, workers[0]), 30, "eight instances running")
+    wait_until(lambda: all_running(cluster, workers[0]), 60, "eight instances running")
     assert sorted(loads(cluster.assignments(workers[0])).values()) == [2, 2, 2, 2]
     leader = cluster.leader_id(workers[0])
     victim = next(w for w in workers if w.worker_id != leader)
@@ -55,7 +55,7 @@ def test_a_dead_workers_instances_spread_and_it_gets_its_share_back(cluster: Clu
         lambda: (
             victim.worker_id not in cluster.assignments(witness) and all_running(cluster, witness)
         ),
-        LIVENESS_S + 10,
+        LIVENESS_S + 30,
         "the dead worker's instances running elsewhere",
     )
     after_kill = cluster.assignments(witness)
@@ -66,10 +66,10 @@ def test_a_dead_workers_instances_spread_and_it_gets_its_share_back(cluster: Clu
 
     wait_until(
         lambda: sorted(loads(cluster.assignments(witness)).values()) == [2, 2, 2, 2],
-        30,
+        60,
         "the returning worker's share",
     )
-    wait_until(lambda: all_running(cluster, witness), 30, "eight instances running")
+    wait_until(lambda: all_running(cluster, witness), 60, "eight instances running")
     back = owners(cluster.assignments(witness))
     moved = {key for key, worker in owners(after_kill).items() if back[key] != worker}
     assert len(moved) == 2 and {back[key] for key in moved} == {victim.worker_id}
