@@ -20,7 +20,7 @@ from types import TracebackType
 
 from magnetar.exceptions import MagnetarError
 
-__all__ = ["BrokerError", "EmbeddedBroker", "find_free_port"]
+__all__ = ["BrokerError", "EmbeddedBroker", "find_free_port", "port_is_free"]
 
 _CONFIG = "[metrics]\nenabled = false\n"
 _PR_SET_PDEATHSIG = 1
@@ -37,7 +37,8 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _port_is_free(host: str, port: int) -> bool:
+def port_is_free(host: str, port: int) -> bool:
+    """Whether nothing listens on ``port`` of ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
@@ -123,7 +124,7 @@ class EmbeddedBroker:
             ) from error
         if self.port is None:
             self.port = find_free_port(self.host)
-        elif not _port_is_free(self.host, self.port):
+        elif not port_is_free(self.host, self.port):
             raise BrokerError(
                 f"port {self.port} on {self.host} is already in use; "
                 "choose another broker port or stop what is listening there"

@@ -3,28 +3,43 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from magnetar.broker import BrokerError, EmbeddedBroker
+from magnetar.broker import BrokerError, EmbeddedBroker, find_free_port, port_is_free
 from magnetar.exceptions import MagnetarError
 from magnetar.worker.config import WorkerConfig, load_worker_config
 from magnetar.worker.service import WorkerService
 
 __all__ = ["standalone", "worker"]
 
+BROKER_PORT = 6650
+"""The embedded broker's port when it is free (the one the README's examples use)."""
+HTTP_PORT = 8080
+"""The first worker's REST port when it is free (the CLI's default --admin-url)."""
+_HOST = "127.0.0.1"
+
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    numeric = getattr(logging, level.upper())
+    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if numeric > logging.DEBUG:
+        # httpx logs every request at INFO, and workers ask each other twice a second
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def pick_port(preferred: int, host: str = _HOST) -> int:
+    """``preferred`` if nothing listens there, else a free port."""
+    return preferred if port_is_free(host, preferred) else find_free_port(host)
 
 
 def _run_until_signal(services: list[WorkerService]) -> None:
@@ -41,6 +56,22 @@ def _run_until_signal(services: list[WorkerService]) -> None:
         click.echo("Stopping: finishing in-flight messages...", err=True)
         for service in reversed(services):
             service.stop(drain=True)
+
+
+def _run_then_exit(run: Callable[[], None]) -> NoReturn:
+    """Run a command, then end the process without finalizing the interpreter: the Pulsar
+    client library's threads may log into Python while it finalizes, which aborts the
+    process (see ``magnetar.client``)."""
+    code = 0
+    try:
+        run()
+    except click.ClickException as error:
+        error.show()
+        code = error.exit_code
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _start(config: WorkerConfig) -> WorkerService:
@@ -96,6 +127,10 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
         )
     except MagnetarError as error:
         raise click.ClickException(str(error)) from None
+    _run_then_exit(lambda: _serve_until_signal(config))
+
+
+def _serve_until_signal(config: WorkerConfig) -> None:
     service = _start(config)
     click.echo(
         f"Worker {config.worker_id} serving {config.admin_url} "
@@ -117,13 +152,16 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
     type=click.Path(file_okay=False),
     help="Broker data and package caches [default: a temporary directory].",
 )
-@click.option("--broker-port", type=int, help="Port of the embedded broker [default: free].")
+@click.option(
+    "--broker-port",
+    type=int,
+    help=f"Port of the embedded broker [default: {BROKER_PORT}, or a free one if it is taken].",
+)
 @click.option(
     "--http-port",
     type=int,
-    default=8080,
-    show_default=True,
-    help="REST port of the first worker; the others use the next ports.",
+    help=f"REST port of the first worker; the others use the next ports [default: {HTTP_PORT}, "
+    "or free ones where taken].",
 )
 @click.option("--workers", type=click.IntRange(1, 16), default=1, show_default=True)
 @click.option(
@@ -139,7 +177,7 @@ def standalone(
     config_file: str | None,
     data_dir: str | None,
     broker_port: int | None,
-    http_port: int,
+    http_port: int | None,
     workers: int,
     runtime: str,
     log_level: str,
@@ -151,37 +189,104 @@ def standalone(
       magnetar standalone --workers 3     # REST APIs on ports 8080, 8081, 8082
     """
     _configure_logging(log_level)
+    _run_then_exit(
+        lambda: _run_standalone(config_file, data_dir, broker_port, http_port, workers, runtime)
+    )
+
+
+def _run_standalone(
+    config_file: str | None,
+    data_dir: str | None,
+    broker_port: int | None,
+    http_port: int | None,
+    workers: int,
+    runtime: str,
+) -> None:
     root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="magnetar-"))
     try:
-        with EmbeddedBroker(root / "broker", port=broker_port) as broker:
-            services: list[WorkerService] = []
-            try:
-                for index in range(workers):
-                    config = _standalone_config(
-                        config_file,
-                        worker_id=f"worker-{index + 1}",
-                        broker_url=broker.service_url,
-                        http_port=http_port + index,
-                        data_dir=root / f"worker-{index + 1}",
-                        runtime=runtime,
-                    )
-                    services.append(_start(config))
-                    click.echo(f"worker-{index + 1}: {config.admin_url}", err=True)
-                click.echo(
-                    f"Magnetar standalone: broker {broker.service_url}, {workers} "
-                    f"worker{'s' if workers > 1 else ''}; Ctrl-C to stop",
-                    err=True,
-                )
-            except BaseException:
-                for service in services:
-                    service.stop(drain=False)
-                raise
-            _run_until_signal(services)
+        broker = _start_broker(root / "broker", broker_port)
+        try:
+            _run_workers(broker, root, config_file, http_port, workers, runtime)
+        finally:
+            broker.stop()
     except BrokerError as error:
         raise click.ClickException(str(error)) from None
     finally:
         if not data_dir:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_workers(
+    broker: EmbeddedBroker,
+    root: Path,
+    config_file: str | None,
+    http_port: int | None,
+    workers: int,
+    runtime: str,
+) -> None:
+    """Start the standalone workers on ``broker``; run them until Ctrl-C."""
+    services: list[WorkerService] = []
+    try:
+        for index in range(workers):
+            worker_id = f"worker-{index + 1}"
+            config = _standalone_config(
+                config_file,
+                worker_id=worker_id,
+                broker_url=broker.service_url,
+                http_port=_worker_port(worker_id, http_port, index),
+                data_dir=root / worker_id,
+                runtime=runtime,
+            )
+            services.append(_start(config))
+            click.echo(f"{worker_id}: {config.admin_url}", err=True)
+        click.echo(
+            f"Magnetar standalone: broker {broker.service_url}, {workers} "
+            f"worker{'s' if workers > 1 else ''}, REST API {services[0].config.admin_url}; "
+            "Ctrl-C to stop",
+            err=True,
+        )
+    except BaseException:
+        for service in services:
+            service.stop(drain=False)
+        raise
+    _run_until_signal(services)
+
+
+def _start_broker(data_dir: Path, port: int | None) -> EmbeddedBroker:
+    """The embedded broker, started: on ``port``, or by default on 6650 where free and else
+    on a free port (saying which)."""
+    if port is not None:
+        return EmbeddedBroker(data_dir, host=_HOST, port=port).start()
+    if port_is_free(_HOST, BROKER_PORT):
+        try:
+            return EmbeddedBroker(data_dir, host=_HOST, port=BROKER_PORT).start()
+        except BrokerError:
+            pass  # taken in the meantime
+    broker = EmbeddedBroker(data_dir, host=_HOST).start()
+    click.echo(
+        f"Port {BROKER_PORT} is taken, so the broker listens on {broker.service_url}: "
+        f"give commands --broker-url {broker.service_url} (or set MAGNETAR_BROKER_URL)",
+        err=True,
+    )
+    return broker
+
+
+def _worker_port(worker_id: str, first: int | None, index: int) -> int:
+    """The REST port of the ``index``-th standalone worker: the one after the first's, as
+    asked or, by default, from 8080 on where free (saying so where not)."""
+    if first is not None:
+        return first + index
+    preferred = HTTP_PORT + index
+    port = pick_port(preferred)
+    if port != preferred:
+        url = f"http://{_HOST}:{port}"
+        hint = (
+            f": give commands --admin-url {url} (or set MAGNETAR_ADMIN_URL)" if index == 0 else ""
+        )
+        click.echo(
+            f"Port {preferred} is taken, so {worker_id}'s REST API is at {url}{hint}", err=True
+        )
+    return port
 
 
 def _standalone_config(config_file: str | None, **flags: Any) -> WorkerConfig:

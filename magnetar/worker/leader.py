@@ -3,8 +3,12 @@
 A worker becomes leader when its coordination consumer turns active. It first catches up on
 the metadata and assignments topics, then takes term = highest term seen + 1 and marks it on
 the metadata topic (fencing: the broker may not enforce exclusive producers, so records of
-a deposed leader are recognized by their lower term). From then on it reschedules whenever
-functions, members, drains or a rebalance request change what should run where.
+a deposed leader are recognized by their lower term). A leader that lost the subscription
+for a moment and got it back before any other worker took a term leads its term again. From
+then on it reschedules whenever functions, members, drains, a rebalance request or the
+instances the workers report running change what should run where: the scheduler is told
+which instances do not run yet where they are assigned, so that it moves instances a few at
+a time (see ``magnetar.worker.scheduler``).
 """
 
 from __future__ import annotations
@@ -12,17 +16,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from magnetar.worker.assignments import AssignmentManager, AssignmentRecord
 from magnetar.worker.exceptions import NotLeaderError
-from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import Entry, FunctionRecord, MetadataManager
-from magnetar.worker.model import WorkerInfo, instance_key
+from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
 from magnetar.worker.scheduler import Scheduler
 
-__all__ = ["LeaderService"]
+__all__ = ["LeaderService", "LeadershipView"]
 
 log = logging.getLogger(__name__)
+
+
+class LeadershipView(Protocol):
+    """What the leader needs of the membership (``magnetar.worker.membership.Membership``)."""
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this worker holds the coordination subscription."""
+        ...
+
+    def members(self) -> list[WorkerInfo]:
+        """The live workers, sorted by id."""
+        ...
+
+    def reports(self) -> dict[str, WorkerReport]:
+        """The latest report of each live worker heard from."""
+        ...
 
 
 class LeaderService:
@@ -31,11 +52,10 @@ class LeaderService:
     def __init__(
         self,
         me: WorkerInfo,
-        membership: Membership,
+        membership: LeadershipView,
         metadata: MetadataManager,
         assignments: AssignmentManager,
         scheduler: Scheduler,
-        heartbeat_interval_s: float,
         write_timeout_s: float,
     ) -> None:
         self._me = me
@@ -43,9 +63,10 @@ class LeaderService:
         self._metadata = metadata
         self._assignments = assignments
         self._scheduler = scheduler
-        self._settle_s = 2 * heartbeat_interval_s
         self._timeout = write_timeout_s
         self._term: int | None = None
+        self._lost_term: int | None = None
+        """The term this worker led until it lost the subscription, to lead it again."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -153,12 +174,12 @@ class LeaderService:
         if not self._membership.is_leader:
             if self._term is not None:
                 log.info("%s stepped down from term %d", self._me.worker_id, self._term)
-                self._term = None
+                self._lost_term, self._term = self._term, None
                 self._draining = None
             return
         if self._term is None:
             self._take_over()
-        elif self._superseded():
+        elif self._superseded(self._term):
             raise NotLeaderError(f"a leader with a newer term than {self._term} exists")
         self._reschedule()
 
@@ -168,21 +189,24 @@ class LeaderService:
         ):
             raise NotLeaderError("cannot catch up with the metadata and assignments topics")
         current = self._assignments.current
-        term = max(self._metadata.highest_term, current.term if current else 0) + 1
-        if not self._metadata.mark_term(term, self._me.worker_id, self._timeout):
-            raise NotLeaderError(f"another worker claimed term {term} first")
-        # Let a heartbeat round arrive, so the first assignment knows every live worker.
-        self._stop.wait(self._settle_s)
+        lost, self._lost_term = self._lost_term, None
+        if lost is not None and not self._superseded(lost):
+            term = lost
+            log.info("%s leads term %d again: no other leader took over", self._me.worker_id, term)
+        else:
+            term = max(self._metadata.highest_term, current.term if current else 0) + 1
+            if not self._metadata.mark_term(term, self._me.worker_id, self._timeout):
+                raise NotLeaderError(f"another worker claimed term {term} first")
+            log.info("%s leads term %d", self._me.worker_id, term)
         self._term = term
         self._draining = set(current.draining) if current else set()
-        log.info("%s leads term %d", self._me.worker_id, term)
 
-    def _superseded(self) -> bool:
-        assert self._term is not None
+    def _superseded(self, term: int) -> bool:
+        """Whether another leader has taken a term after ``term`` (or ``term`` itself)."""
         current = self._assignments.current
-        newer_assignment = current is not None and current.term > self._term
+        newer_assignment = current is not None and current.term > term
         owner = self._metadata.term_owner()
-        return newer_assignment or owner != (self._term, self._me.worker_id)
+        return newer_assignment or owner != (term, self._me.worker_id)
 
     def _reschedule(self) -> None:
         term = self._term
@@ -200,7 +224,13 @@ class LeaderService:
         ]
         current = self._assignments.current
         in_force = current.assignment if current else {}
-        assignment = self._scheduler.schedule(instances, in_force, eligible, rebalance=rebalance)
+        assignment = self._scheduler.schedule(
+            instances,
+            in_force,
+            eligible,
+            rebalance=rebalance,
+            unsettled=self._unsettled(current),
+        )
         unchanged = (
             current is not None
             and current.term == term
@@ -213,10 +243,26 @@ class LeaderService:
         version = current.version + 1 if current is not None and current.term == term else 1
         record = AssignmentRecord(term, version, self._me, members, assignment, sorted(draining))
         self._assignments.write(record, self._timeout)
+        moved = sum(1 for key, worker in assignment.items() if in_force.get(key, worker) != worker)
         log.info(
-            "assignment v%d of term %d: %d instances on %d workers",
+            "assignment v%d of term %d: %d instances on %d workers (%d moved)",
             version,
             term,
             len(assignment),
             len(eligible),
+            moved,
         )
+
+    def _unsettled(self, current: AssignmentRecord | None) -> set[str]:
+        """The instances of ``current`` not known to run where it puts them: those its
+        workers report starting, and all of a worker that has not reported it yet."""
+        if current is None:
+            return set()
+        reports = self._membership.reports()
+        applied = (current.term, current.version)
+        unsettled: set[str] = set()
+        for key, worker_id in current.assignment.items():
+            report = reports.get(worker_id)
+            if report is None or report.assignment != applied or key in report.starting:
+                unsettled.add(key)
+        return unsettled

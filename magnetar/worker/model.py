@@ -1,10 +1,10 @@
-"""The vocabulary the worker's managers share: instance keys, workers, assignments."""
+"""The vocabulary the worker's managers share: instance keys, workers, assignments, reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Assignment", "WorkerInfo", "instance_key", "parse_instance_key"]
+__all__ = ["Assignment", "WorkerInfo", "WorkerReport", "instance_key", "parse_instance_key"]
 
 Assignment = dict[str, str]
 """Instance key (``tenant/namespace/name:instance_id``) -> worker id."""
@@ -29,3 +29,14 @@ class WorkerInfo:
     """Unique id of the worker."""
     admin_url: str
     """Base URL of its REST admin API."""
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a worker tells the leader in its heartbeats about the instances it runs."""
+
+    assignment: tuple[int, int] | None
+    """(term, version) of the assignment the worker has applied; None before any."""
+    starting: frozenset[str] = frozenset()
+    """Instances that assignment gives the worker which do not run yet (starting, or
+    failing to start)."""

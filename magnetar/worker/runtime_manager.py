@@ -212,13 +212,16 @@ class RuntimeManager:
             return {key: self._status(slot) for key, slot in self._instances.items()}
 
     def running_keys(self) -> set[str]:
-        """The instances assigned here whose instance is alive right now."""
+        """The instances assigned here that run right now: alive, and subscribed to their
+        inputs (as their status says)."""
         with self._lock:
-            return {
-                key
-                for key, slot in self._instances.items()
-                if slot.handle is not None and slot.handle.is_alive()
-            }
+            handles = {key: slot.handle for key, slot in self._instances.items()}
+        running = set()
+        for key, handle in handles.items():
+            snapshot = handle.snapshot() if handle is not None else None
+            if snapshot is not None and snapshot.running:
+                running.add(key)
+        return running
 
     def pid(self, key: str) -> int | None:
         """The OS process running an instance; None if not running or on a thread."""

@@ -11,15 +11,16 @@ Two schedulers, chosen by name with :func:`make_scheduler`:
 * ``round-robin`` (:class:`RoundRobinScheduler`): keeps placed instances, deals out the
   others in turn over the workers sorted by id.
 * ``least-loaded-sticky`` (:class:`LeastLoadedStickyScheduler`, the default): keeps placed
-  instances, puts each other one on the least-loaded worker; a rebalance moves the fewest
-  instances that make the loads even.
+  instances, puts each other one on the least-loaded worker, and evens the loads on its own
+  (a worker that joins gets its share) by moving the fewest instances, a few at a time.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.worker.model import Assignment, parse_instance_key
@@ -43,6 +44,7 @@ class Scheduler(Protocol):
         workers: Sequence[str],
         *,
         rebalance: bool = False,
+        unsettled: Collection[str] = (),
     ) -> Assignment:
         """Return the assignment of exactly ``instances``, each to one of ``workers``.
 
@@ -53,8 +55,10 @@ class Scheduler(Protocol):
                 for workers no longer live are ignored.
             workers: Ids of the live workers that may take instances (draining workers
                 already removed); duplicates count once.
-            rebalance: Also move instances between live workers to even the load,
-                instead of only placing the unplaced ones.
+            rebalance: Even the load now, in one go (the explicit rebalance operation).
+            unsettled: Instances not running yet where ``current`` puts them (just moved,
+                or still starting). A scheduler that evens the load on its own leaves
+                their functions where they are until they run.
 
         Returns:
             A new assignment in instance-key order. Empty when ``workers`` is empty:
@@ -84,8 +88,9 @@ class RoundRobinScheduler:
         workers: Sequence[str],
         *,
         rebalance: bool = False,
+        unsettled: Collection[str] = (),
     ) -> Assignment:
-        """See :meth:`Scheduler.schedule`."""
+        """See :meth:`Scheduler.schedule`; ``unsettled`` plays no part."""
         keys, ids = _sorted_unique(instances), _sorted_unique(workers)
         if not ids:
             return {}
@@ -100,17 +105,21 @@ class RoundRobinScheduler:
 class LeastLoadedStickyScheduler:
     """Keeps instances where they run; balances load while moving as few as possible.
 
-    Without rebalance, an instance already on a live worker stays there, and each
-    unplaced instance, in key order, goes to the worker with the fewest instances. Ties
-    go to the worker running fewer instances of the same function (so a function's
-    instances spread over workers and survive the loss of one), then to the lowest id.
-    Starting from a balanced assignment (loads differ by at most one), losing a worker
-    or adding instances leaves it balanced.
+    An instance already on a live worker stays there unless the loads need evening, and each
+    unplaced instance, in key order, goes to the worker with the fewest instances. Ties go
+    to the worker running fewer instances of the same function (so a function's instances
+    spread over workers and survive the loss of one), then to the lowest id. Starting from a
+    balanced assignment (loads differ by at most one), losing a worker or adding instances
+    leaves it balanced.
 
-    With rebalance, unplaced instances are placed first, then the fewest instances that
-    make the loads differ by at most one move, from the workers above their share (the
-    highest keys of each) to the least-loaded workers below it. A worker that just
-    joined is the usual receiver.
+    When the loads differ by more than one (a worker joined, or a new leader placed
+    instances while it knew only some of the workers), each call also moves some of the
+    fewest instances that even them: from the workers above their share to the least-loaded
+    ones below it, taking the instances of the functions the donor runs most of. So that no
+    function stops while its instances move, one call moves at most one instance of each
+    function, and none of a function that has an ``unsettled`` instance or an instance just
+    placed; the leader calls again once they run. Every instance moves at most once on the
+    way to the balanced assignment. With ``rebalance``, all those moves happen in one call.
     """
 
     def schedule(
@@ -120,6 +129,7 @@ class LeastLoadedStickyScheduler:
         workers: Sequence[str],
         *,
         rebalance: bool = False,
+        unsettled: Collection[str] = (),
     ) -> Assignment:
         """See :meth:`Scheduler.schedule`."""
         keys, ids = _sorted_unique(instances), _sorted_unique(workers)
@@ -130,6 +140,9 @@ class LeastLoadedStickyScheduler:
             _place(unplaced, assignment, ids)
         if rebalance:
             _balance(assignment, ids)
+        else:
+            busy = {_fqfn(key) for key in (*unplaced, *unsettled)}
+            _balance(assignment, ids, _Step(busy))
         return _in_key_order(assignment, keys)
 
 
@@ -225,8 +238,23 @@ class _Placer:
         return worker
 
 
-def _balance(assignment: Assignment, ids: Sequence[str]) -> None:
-    """Move the fewest instances that make the loads of ``ids`` differ by at most one."""
+@dataclass
+class _Step:
+    """The limits of one automatic balancing step: one instance per function, and none of
+    the ``busy`` functions (instances starting or just placed)."""
+
+    busy: set[str]
+
+    def allows(self, fqfn: str) -> bool:
+        return fqfn not in self.busy
+
+    def take(self, fqfn: str) -> None:
+        self.busy.add(fqfn)
+
+
+def _balance(assignment: Assignment, ids: Sequence[str], step: _Step | None = None) -> None:
+    """Move the fewest instances that make the loads of ``ids`` differ by at most one (with
+    a ``step``, only those of them it allows)."""
     by_worker: dict[str, list[str]] = {worker: [] for worker in ids}
     for key, worker in assignment.items():
         by_worker[worker].append(key)
@@ -235,15 +263,38 @@ def _balance(assignment: Assignment, ids: Sequence[str]) -> None:
     for worker in ids:
         surplus = len(by_worker[worker]) - targets[worker]
         if surplus > 0:
-            moving.extend(sorted(by_worker[worker])[-surplus:])
+            moving.extend(_donations(by_worker[worker], surplus, step))
     if not moving:
         return
     for key in moving:
         del assignment[key]
-    # Donors are at their target now; filling the rest from the least loaded lands every
-    # worker on its share (the total is fixed), so each moved instance moves once.
+    # Donors are at or above their target now; filling the receivers from the least loaded
+    # keeps every move one that a balanced assignment needs, so each instance moves once.
     receivers = [worker for worker in ids if len(by_worker[worker]) < targets[worker]]
     _place(sorted(moving), assignment, receivers)
+
+
+def _donations(keys: Sequence[str], surplus: int, step: _Step | None) -> list[str]:
+    """Up to ``surplus`` of a donor's instances to move, each time one of the function it
+    still runs most of (so the donor keeps a spread of functions), its highest instance id
+    first; with a ``step``, only what the step allows."""
+    by_function: dict[str, list[str]] = {}
+    for key in sorted(keys, key=lambda key: parse_instance_key(key)[1]):
+        by_function.setdefault(_fqfn(key), []).append(key)
+    heap = [(-len(held), fqfn) for fqfn, held in by_function.items()]
+    heapq.heapify(heap)
+    chosen: list[str] = []
+    while heap and len(chosen) < surplus:
+        _, fqfn = heapq.heappop(heap)
+        if step is not None:
+            if not step.allows(fqfn):
+                continue
+            step.take(fqfn)
+        held = by_function[fqfn]
+        chosen.append(held.pop())
+        if held and step is None:
+            heapq.heappush(heap, (-len(held), fqfn))
+    return chosen
 
 
 def _targets(loads: Mapping[str, int]) -> dict[str, int]:

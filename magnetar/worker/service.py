@@ -23,7 +23,7 @@ from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
-from magnetar.worker.model import WorkerInfo
+from magnetar.worker.model import WorkerInfo, WorkerReport
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
@@ -57,7 +57,10 @@ class WorkerService:
         self._policies = broker_policies(config)
         if self._policies is not None:
             self._policies.prepare_system_namespace(config)
-        client = self._client = create_client(config.broker_url)
+        client = self._client = create_client(config.broker_url, log_to_python=True)
+        # Instances on threads get a client of their own: a client logging to Python costs
+        # every message a trip into the interpreter (see magnetar.client).
+        self._data_client = create_client(config.broker_url) if config.runtime == "thread" else None
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.packages = PackageStore(
             client, config.system_topic(config.packages_topic), config.data_dir / "packages"
@@ -83,6 +86,7 @@ class WorkerService:
             on_members_changed=self._on_members_changed,
             known_leader=self._known_leader,
             known_workers=self._known_workers,
+            report=self._report,
         )
         self.leader = LeaderService(
             me,
@@ -90,7 +94,6 @@ class WorkerService:
             self.metadata,
             self.assignments,
             make_scheduler(config.scheduler),
-            config.heartbeat_interval_s,
             config.request_timeout_s,
         )
         state_root = config.data_dir / "state"
@@ -101,7 +104,7 @@ class WorkerService:
             config.runtime,
             broker_url=config.broker_url,
             worker_id=config.worker_id,
-            client=client,
+            client=self._data_client,
             state=StateLayout(state_root, config.system_namespace),
             warm=config.warm_instances,
         )
@@ -177,14 +180,28 @@ class WorkerService:
 
     # The managers call back into each other; these bind late, after all are built.
     def _known_leader(self) -> WorkerInfo | None:
-        """The leader of the newest assignment, if any."""
+        """The leader of the newest assignment, once this worker has replayed them (an
+        older one's leader may be long gone)."""
         current = self.assignments.current
-        return None if current is None else current.leader
+        if current is None or not self.assignments.wait_caught_up(0):
+            return None
+        return current.leader
 
     def _known_workers(self) -> list[WorkerInfo]:
         """The workers of the newest assignment."""
         current = self.assignments.current
         return [] if current is None else current.workers
+
+    def _report(self) -> WorkerReport:
+        """For the heartbeats: the assignment applied here, and its instances here that do
+        not run yet."""
+        current = self.assignments.current
+        if current is None:
+            return WorkerReport(None)
+        mine = {key for key, owner in current.assignment.items() if owner == self.config.worker_id}
+        return WorkerReport(
+            (current.term, current.version), frozenset(mine - self.runtime.running_keys())
+        )
 
     def _on_leadership(self, leader: bool) -> None:
         self.leader.on_leadership(leader)
@@ -237,6 +254,8 @@ class WorkerService:
         self.metadata.stop()
         self.state.stop()
         self._http.close()
+        if self._data_client is not None:
+            self._data_client.close()
         self._client.close()
         if self._policies is not None:
             self._policies.close()

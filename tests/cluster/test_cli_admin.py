@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from magnetar.broker import find_free_port
 from magnetar.cli import main
 from magnetar.cli.function_admin import register_admin_commands
 from magnetar.cli.functions_worker import functions_worker
@@ -64,6 +65,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
             "3",
             "--http-port",
             str(port),
+            "--broker-port",
+            str(find_free_port()),
             "--data-dir",
             str(tmp_path_factory.mktemp("standalone")),
         ],

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from magnetar.broker import EmbeddedBroker
+from magnetar.broker import EmbeddedBroker, find_free_port
 from magnetar.cli import main
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_standalone import free_ports, ready
@@ -253,6 +253,8 @@ def test_standalone_turns_authentication_on_from_its_config_file(tmp_path: Path)
             str(settings),
             "--http-port",
             str(port),
+            "--broker-port",
+            str(find_free_port()),
             "--data-dir",
             str(tmp_path / "data"),
         ],

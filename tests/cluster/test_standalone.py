@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import httpx
 
 from magnetar.broker import find_free_port
+from magnetar.cli.worker import BROKER_PORT, HTTP_PORT
 from tests.cluster.conftest import wait_until
 from tests.conftest import EXAMPLES, MAGNETAR
 
@@ -25,6 +31,8 @@ def test_standalone_runs_a_usable_cluster_and_stops_on_ctrl_c(tmp_path) -> None:
             "3",
             "--http-port",
             str(port),
+            "--broker-port",
+            str(find_free_port()),
             "--data-dir",
             str(tmp_path),
         ],
@@ -91,3 +99,50 @@ def ready(url: str) -> bool:
     except httpx.HTTPError:
         time.sleep(0.1)
         return False
+
+
+@contextmanager
+def taken(port: int) -> Iterator[None]:
+    """Hold ``port`` (unless something else already does)."""
+    with socket.socket() as sock:
+        with suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        yield
+
+
+def test_standalone_says_which_ports_it_picks_when_the_usual_ones_are_taken(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    with taken(BROKER_PORT), taken(HTTP_PORT):
+        process = subprocess.Popen(
+            [*MAGNETAR, "standalone", "--data-dir", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert process.stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: any("Ctrl-C to stop" in line for line in lines), 60, "started")
+            output = "".join(lines)
+            broker = re.search(r"Port 6650 is taken, so the broker listens on (\S+):", output)
+            admin = re.search(r"Port 8080 is taken, so worker-1's REST API is at (\S+):", output)
+            assert broker and admin, output
+            assert f"give commands --broker-url {broker[1]}" in output
+            assert f"give commands --admin-url {admin[1]}" in output
+            assert (
+                f"Magnetar standalone: broker {broker[1]}, 1 worker, REST API {admin[1]}" in output
+            )
+            wait_until(lambda: ready(admin[1]), 30, "the worker ready at the port it named")
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(60)
+            reader.join(10)
+    output = "".join(lines)
+    assert process.returncode == 0, output
+    # a normal start says nothing alarming: the client library's expected errors are quiet
+    assert "ERROR" not in output and "WARNING" not in output, output
+    assert "getLastMessageId" not in output

@@ -22,21 +22,27 @@ NewMembership = Callable[..., Membership]
 
 
 @pytest.fixture
-def membership(broker_url: str) -> Iterator[NewMembership]:
+def coordination_topic() -> str:
+    return f"coordination-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def membership(broker_url: str, coordination_topic: str) -> Iterator[NewMembership]:
     """Start memberships of one fresh coordination topic, each on a client of its own."""
-    topic = f"coordination-{uuid.uuid4().hex[:8]}"
+    topic = coordination_topic
     started: list[tuple[Membership, pulsar.Client]] = []
 
     def start(
         worker_id: str,
         known_leader: Callable[[], WorkerInfo | None],
         known_workers: Callable[[], list[WorkerInfo]] = list,
+        admin_url: str | None = None,
     ) -> Membership:
         client = create_client(broker_url)
         member = Membership(
             client,
             topic,
-            WorkerInfo(worker_id, f"http://127.0.0.1:{find_free_port()}"),
+            WorkerInfo(worker_id, admin_url or f"http://127.0.0.1:{find_free_port()}"),
             heartbeat_interval_s=0.2,
             liveness_timeout_s=1.0,
             on_leadership=lambda leader: None,
@@ -117,3 +123,78 @@ def test_workers_take_over_one_at_a_time_in_rank_order(membership: NewMembership
     assert wait_for(lambda: third.resubscriptions >= 1, 10), "no takeover"
     assert time.monotonic() - started >= 2.8, "took over before its rank's turn"
     assert wait_for(lambda: third.is_leader and not first.is_leader, 10)
+
+
+def test_a_new_leader_presumes_the_workers_it_was_told_of_alive_for_a_liveness_timeout(
+    membership: NewMembership,
+) -> None:
+    gone = WorkerInfo("w0", f"http://127.0.0.1:{find_free_port()}")  # the previous leader
+    listed = [gone, WorkerInfo("w2", "http://w2"), WorkerInfo("w3", "http://w3")]
+    second = membership("w2", lambda: gone, lambda: listed)
+
+    assert wait_for(lambda: second.is_leader, 10)
+    # w3 keeps its instances until it has missed its heartbeats for the liveness timeout;
+    # the previous leader, the likely reason for the change, is not presumed alive
+    assert [w.worker_id for w in second.members()] == ["w2", "w3"]
+    assert set(second.reports()) == {"w2"}  # w3 has reported nothing
+    assert wait_for(lambda: [w.worker_id for w in second.members()] == ["w2"], 3)
+
+
+def test_the_leader_that_receives_no_heartbeats_takes_the_subscription_back(
+    membership: NewMembership,
+    answering_leader: WorkerInfo,
+    broker_url: str,
+    coordination_topic: str,
+) -> None:
+    first = membership("w1", lambda: answering_leader, admin_url=answering_leader.admin_url)
+    second = membership("w2", lambda: answering_leader)
+    assert wait_for(lambda: first.is_leader, 10)
+    # A consumer that sorts first and never reads takes the subscription, as the dead
+    # consumer of a reset connection keeps it; w1 answers, so w2 leaves it alone.
+    ghost_client = create_client(broker_url)
+    try:
+        ghost_client.subscribe(
+            coordination_topic,
+            "participants",
+            consumer_type=pulsar.ConsumerType.Failover,
+            consumer_name="0-ghost",
+        )
+        assert wait_for(lambda: not first.is_leader, 5), "the ghost did not take over"
+
+        assert wait_for(lambda: first.resubscriptions == 1, 10), "no takeover by the leader"
+        assert wait_for(lambda: first.is_leader, 5)
+        assert not second.is_leader and second.resubscriptions == 0
+    finally:
+        ghost_client.close()
+
+
+def test_a_moment_with_the_subscription_is_no_claim_to_the_leadership(
+    membership: NewMembership, broker_url: str, coordination_topic: str
+) -> None:
+    # What a standby worker sees when the leader's connection drops and comes back: the
+    # broker hands it the subscription for a moment. Here consumers that sort first and
+    # never read play the leader.
+    holders = create_client(broker_url)
+
+    def hold(name: str) -> pulsar.Consumer:
+        return holders.subscribe(
+            coordination_topic,
+            "participants",
+            consumer_type=pulsar.ConsumerType.Failover,
+            consumer_name=name,
+        )
+
+    try:
+        first = hold("0-holder")
+        standby = membership("w2", lambda: None)
+        time.sleep(1.5)
+        assert not standby.is_leader
+        first.close()
+        time.sleep(0.3)  # the standby receives fresh heartbeats for this long
+        hold("0-holder-back")
+
+        assert not wait_for(lambda: standby.is_leader, 3), "a moment made it leader"
+    finally:
+        holders.close()
+    # once the subscription stays with it, it leads
+    assert wait_for(lambda: standby.is_leader, 5)
