@@ -48,6 +48,8 @@ class Chunk:
     """Acknowledged (or redelivered) already; a late send cannot settle it twice."""
     state: Any = None
     """The batch of state journal records sent with the chunk (settled with it), if any."""
+    on_settled: Callable[[bool], None] | None = None
+    """Told, once the chunk is settled, whether every send of it succeeded."""
 
 
 @dataclass

@@ -33,6 +33,7 @@ from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.exceptions import InstanceError, InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
 from magnetar.instance.inputs import Inputs
+from magnetar.instance.invocation import Invoker
 from magnetar.instance.loader import LoadedFunction, load_function
 from magnetar.instance.logtopic import function_logger
 from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
@@ -42,8 +43,10 @@ from magnetar.instance.positions import RedeliveryFilter
 from magnetar.instance.python_runner import Acking, PythonRunner
 from magnetar.instance.retries import Ordering, Received, RetryQueue
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
-from magnetar.instance.serde import SerDe, load_serde
+from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
+from magnetar.instance.windowing.extractors import load_timestamp_extractor
+from magnetar.instance.windowing.runner import WindowRunner
 
 if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
     from magnetar.instance.javascript import ScriptExecutor
@@ -207,7 +210,7 @@ class FunctionInstance:
             self._journal,
             redeliveries.retry if redeliveries is not None else None,
         )
-        self._runner: PythonRunner | ScriptRunner
+        self._runner: PythonRunner | ScriptRunner | WindowRunner
         if python is None:
             self._runner = self._script_runner(
                 logger,
@@ -218,34 +221,67 @@ class FunctionInstance:
                 stop_on_error=ordering is not Ordering.NONE,
             )
         else:
-            function, paths, serdes = python
-            context = self._context = InstanceContext(
-                config,
-                options.instance_id,
-                self,
-                self.metrics,
-                self._state,
-                secrets,
-                logger,
-                paths,
-                options.function_version,
-            )
-            self._runner = PythonRunner(
-                function,
-                serdes,
-                load_serde(None),
-                load_serde(config.output_serde_class_name, paths),
-                context,
-                outputs,
+            self._runner = self._python_runner(python, logger, secrets, failures, acking)
+        if isinstance(self._runner, WindowRunner):
+            self._runner.open()
+        inputs.subscribe()
+
+    def _python_runner(
+        self,
+        python: tuple[LoadedFunction, list[Path], dict[str, SerDe]],
+        logger: logging.Logger,
+        secrets: SecretsProvider,
+        failures: FailureHandler,
+        acking: Acking,
+    ) -> PythonRunner | WindowRunner:
+        config, options = self.config, self.options
+        assert self._outputs is not None and self._inputs is not None
+        function, paths, serdes = python
+        context = self._context = InstanceContext(
+            config,
+            options.instance_id,
+            self,
+            self.metrics,
+            self._state,
+            secrets,
+            logger,
+            paths,
+            options.function_version,
+        )
+        invoker = Invoker(function, context, self.metrics, config.timeout_ms)
+        input_serdes = TopicSerDes(serdes, load_serde(None))
+        output_serde = load_serde(config.output_serde_class_name, paths)
+        window = config.window_config
+        if window is None:
+            return PythonRunner(
+                invoker,
+                input_serdes,
+                output_serde,
+                self._outputs,
                 self._sender,
                 self.metrics,
-                retries,
+                self._inputs.retries,
                 failures,
                 self._journal,
                 acking,
-                config.timeout_ms,
             )
-        inputs.subscribe()
+        extractor = window.timestamp_extractor_class_name
+        return WindowRunner(
+            config,
+            options,
+            invoker,
+            input_serdes,
+            output_serde,
+            self._outputs,
+            self._sender,
+            self.metrics,
+            self._inputs,
+            failures,
+            DeadLetters(config, self._sender, self._outputs.producer),
+            self._journal,
+            logger,
+            load_timestamp_extractor(extractor, paths) if extractor else None,
+        )
 
     def _load_python(self) -> tuple[LoadedFunction, list[Path], dict[str, SerDe]]:
         """The Python function, the paths its code is imported from, and its input SerDes."""
@@ -300,7 +336,8 @@ class FunctionInstance:
     def _loop(self) -> None:
         assert self._inputs is not None and self._acknowledger is not None
         runner = self._runner
-        timeouts = runner.timeouts() if isinstance(runner, PythonRunner) else nullcontext()
+        python = runner if isinstance(runner, PythonRunner | WindowRunner) else None
+        timeouts = python.timeouts() if python is not None else nullcontext()
         try:
             with timeouts:
                 self._process_until_stopped(self._inputs, self._acknowledger)
@@ -312,11 +349,15 @@ class FunctionInstance:
 
     def _process_until_stopped(self, inputs: Inputs, acknowledger: Acknowledger) -> None:
         options = self.options
+        windows = self._runner if isinstance(self._runner, WindowRunner) else None
         next_report = time.monotonic() + options.metrics_interval_s
         while not self._stop.is_set():
-            received = inputs.receive(waiting_for_sends=acknowledger.unacked > 0)
-            if received:
-                self._process_chunk(received)
+            if windows is not None:
+                self._feed_windows(windows, inputs, acknowledger)
+            else:
+                received = inputs.receive(waiting_for_sends=acknowledger.unacked > 0)
+                if received:
+                    self._process_chunk(received)
             acknowledger.acknowledge_completed()
             if inputs.rewind_requested:
                 acknowledger.wait(options.drain_timeout_s)
@@ -328,6 +369,22 @@ class FunctionInstance:
             if time.monotonic() >= next_report:
                 self._report_metrics()
                 next_report = time.monotonic() + options.metrics_interval_s
+
+    def _feed_windows(
+        self, windows: WindowRunner, inputs: Inputs, acknowledger: Acknowledger
+    ) -> None:
+        """Windows act without input too (time windows, watermarks, retries, checkpoints):
+        the wait for input ends when they are due."""
+        due_in_s = windows.due_in_s()
+        received: list[Received] = []
+        if windows.accepts_input():
+            received = inputs.receive(acknowledger.unacked > 0, wake_in_s=due_in_s)
+        else:
+            poll_s = self.options.poll_interval_ms / 1000
+            self._stop.wait(poll_s if due_in_s is None else min(due_in_s, poll_s))
+        due_in_s = windows.due_in_s()
+        if received or (due_in_s is not None and due_in_s <= 0):
+            self._process_chunk(received)
 
     def _process_chunk(self, received: list[Received]) -> None:
         assert self._acknowledger is not None
@@ -367,6 +424,15 @@ class FunctionInstance:
         if self._acknowledger is None:
             return
         self._acknowledger.wait(self.options.drain_timeout_s)
+        if isinstance(self._runner, WindowRunner) and self._outputs is not None:
+            # the checkpoint of the windows fired so far, so a restart fires none again
+            chunk = self._chunk = Chunk()
+            self._runner.flush(chunk)
+            if self._journal is not None:
+                self._send_journal(chunk)
+            self._acknowledger.seal(chunk)
+            self._outputs.flush()
+            self._acknowledger.wait(self.options.drain_timeout_s)
         if self._acknowledger.unacked:
             log.warning(
                 "%s: %d inputs left unacknowledged on stop; they will be redelivered",
