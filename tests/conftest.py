@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -57,3 +58,13 @@ def cli_env(broker_url: str) -> dict[str, str]:
 
 
 MAGNETAR = [sys.executable, "-m", "magnetar.cli"]
+
+
+def instance_pids(parent: int) -> list[int]:
+    """The instance processes a localrun (process ``parent``) started."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(parent)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    return [
+        int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
+    ]

@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
+import signal
+import subprocess
 import textwrap
 import time
 import uuid
@@ -18,7 +21,10 @@ import pulsar
 import pytest
 
 from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
-from magnetar.statestore import JournaledStateStore, StateOptions
+from magnetar.instance.windowing.checkpoint import Checkpoint, DoneRuns, checkpoint_key
+from magnetar.positions import position
+from magnetar.statestore import JournaledStateStore, StateOptions, StateQueryService
+from tests.conftest import MAGNETAR, instance_pids
 from tests.integration.conftest import collect, produce, values, wait_for
 
 OPTIONS = InstanceOptions(retry_delay_ms=100, metrics_interval_s=0.2)
@@ -307,3 +313,68 @@ def test_a_restarted_instance_neither_loses_an_input_nor_fires_a_window_twice(
         ["v6", "v7", "v8", "v9"],
     ]
     assert [w["new"] for w in windows[3:]] == [["v6", "v7"], ["v8", "v9"]]
+
+
+def test_localrun_window_function_killed_mid_window_loses_nothing_and_fires_nothing_twice(
+    client: pulsar.Client,
+    broker_url: str,
+    code: Callable[[str], str],
+    topic: str,
+    tmp_path: Path,
+) -> None:
+    name = f"killed-{uuid.uuid4().hex[:6]}"
+    command = [
+        *MAGNETAR,
+        "--broker-url",
+        broker_url,
+        "functions",
+        "localrun",
+        "--py",
+        code(SUM),
+        "--name",
+        name,
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--subs-position",
+        "Earliest",
+        "--window-length-count",
+        "5",
+        "--state-dir",
+        str(tmp_path / "localrun-state"),
+    ]
+    queries = StateQueryService(client, tmp_path / "queries")
+    producer = client.create_producer(topic, batching_enabled=False)
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        sent = [producer.send(str(i).encode()) for i in range(1, 13)]  # 11 and 12 mid-window
+        assert values(collect(client, f"{topic}-out", 2, 30, "before")) == ["15", "40"]
+        # the second window's checkpoint is stored once its output is: its inputs are done
+        tenth = (f"persistent://public/default/{topic}", position(sent[9]))
+        wait_for(lambda: tenth in checkpointed_done(queries, f"public/default/{name}"), 30)
+        [pid] = instance_pids(first.pid)
+        os.kill(pid, signal.SIGKILL)
+        output, _ = first.communicate(timeout=60)
+        assert "instance 0 failed" in output
+    finally:
+        if first.poll() is None:
+            first.kill()
+        queries.stop()
+    second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for i in range(13, 21):
+            producer.send(str(i).encode())
+        assert values(collect(client, f"{topic}-out", 4, 60)) == ["15", "40", "65", "90"]
+    finally:
+        second.send_signal(signal.SIGINT)
+        output, _ = second.communicate(timeout=60)
+    assert second.returncode == 0, output
+
+
+def checkpointed_done(queries: StateQueryService, fqfn: str) -> DoneRuns:
+    """The inputs the stored window checkpoint of instance 0 counts as done."""
+    entry = queries.get(fqfn, checkpoint_key(0))
+    if entry is None or entry.value is None:
+        return DoneRuns()
+    return DoneRuns(Checkpoint.decode(entry.value).done)

@@ -234,6 +234,11 @@ class CheckpointQueue:
         """Whether a checkpoint waits for its chunks."""
         return bool(self._pending)
 
+    def has_ready(self) -> bool:
+        """Whether ``ready`` has a checkpoint to write."""
+        oldest = min(self._in_flight, default=self._next_chunk + 1)
+        return bool(self._pending) and self._pending[0].chunk < oldest and not self.failed
+
     def reset(self) -> None:
         """Forget the waiting checkpoints (resuming from ``written``)."""
         self._pending.clear()

@@ -168,8 +168,10 @@ class WindowRunner:
         retry = self._firing.next_due()
         if retry is not None:
             deadlines.append(retry - monotonic)
-        if self._progress.waiting():
-            deadlines.append(_CHECKPOINT_POLL_S)
+        if self._progress.has_ready():
+            deadlines.append(0.0)
+        elif self._progress.waiting():
+            deadlines.append(_CHECKPOINT_POLL_S)  # to look again soon, as its chunks settle
         return max(0.0, min(deadlines)) if deadlines else None
 
     def run(self, chunk: Chunk, received: list[Received]) -> None:
