@@ -218,17 +218,15 @@ class FunctionConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _windows_acknowledge_themselves(cls, data: Any) -> Any:
-        # As Pulsar: the windows acknowledge their inputs, so a window function has no
-        # autoAck (FunctionConfigUtils.inferMissingArguments); one that asks for it is refused.
-        if not isinstance(data, dict):
+        # As Pulsar (FunctionConfigUtils.inferMissingArguments): the windows acknowledge
+        # their inputs, so a window function's autoAck is false, whatever it was.
+        if (
+            not isinstance(data, dict)
+            or data.get("windowConfig", data.get("window_config")) is None
+        ):
             return data
-        window = data.get("windowConfig", data.get("window_config"))
-        if window is None:
-            return data
-        key = "autoAck" if "autoAck" in data else "auto_ack"
-        if data.get(key) is True or str(data.get(key)).lower() == "true":
-            raise ValueError("Cannot enable auto ack when using windowing functionality")
-        return {**{k: v for k, v in data.items() if k not in ("autoAck", "auto_ack")}, key: False}
+        fields = {k: v for k, v in data.items() if k not in ("autoAck", "auto_ack")}
+        return {**fields, "autoAck": False}
 
     @field_validator("runtime", mode="before")
     @classmethod
