@@ -19,23 +19,12 @@ import uuid
 
 import pulsar
 from _throughput import ROOT, compare, run_until_processed
+from instance_throughput import magnetar_instance as exclamation
 
 from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
 from magnetar.statestore import JournaledStateStore, StateOptions
 
 WINDOW = 100
-
-
-def exclamation(client: pulsar.Client, source: str, sink: str, count: int) -> float:
-    config = FunctionConfig(
-        name=f"bench-{uuid.uuid4().hex[:6]}",
-        py=str(ROOT / "examples" / "exclamation.py"),
-        class_name="exclamation.ExclamationFunction",
-        inputs=[source],
-        output=sink,
-        subscription_position="Earliest",
-    )
-    return run_until_processed(FunctionInstance(config, client, InstanceOptions()), count)
 
 
 def count_window(client: pulsar.Client, source: str, sink: str, count: int) -> float:

@@ -425,6 +425,10 @@ def test_pulsar_admin_flags_and_their_deprecated_spellings(
             "Windows Function not support MANUAL delivery semantics.",
         ),
         (["--window-length-count", "0"], "Window length must be positive [0]"),
+        (
+            ["--window-length-count", "5", "--timestamp-extractor", "nosuch.Extractor"],
+            "cannot load timestamp extractor 'nosuch.Extractor'",
+        ),
         (["--producer-config", '{"compressionType": "BROTLI"}'], "must be one of NONE, LZ4"),
     ],
 )
