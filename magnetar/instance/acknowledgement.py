@@ -76,7 +76,7 @@ class Acknowledger:
                 self._journal.settle(chunk.state, persisted=not chunk.error)
             self._settle(chunk)
             if chunk.on_settled is not None:
-                chunk.on_settled(not chunk.error and not chunk.failed)
+                chunk.on_settled(chunk)
 
     def _settle(self, chunk: Chunk) -> None:
         if chunk.error:

@@ -378,3 +378,45 @@ def checkpointed_done(queries: StateQueryService, fqfn: str) -> DoneRuns:
     if entry is None or entry.value is None:
         return DoneRuns()
     return DoneRuns(Checkpoint.decode(entry.value).done)
+
+
+def test_a_failed_send_resumes_the_windows_from_their_checkpoint_losing_nothing(
+    client: pulsar.Client, run_windows: RunWindows, code: Callable[[str], str], topic: str
+) -> None:
+    module = code(
+        f"""
+        calls = []
+
+        def process(inputs, context):
+            calls.append(inputs)
+            if len(calls) == 2:  # the second window's publish is refused: too large
+                context.publish("{topic}-side", "x" * 6_000_000)
+            return "+".join(inputs)
+        """
+    )
+    instance = run_windows(
+        module,
+        name="resumed",
+        inputs=[topic],
+        output=f"{topic}-out",
+        window_config={"windowLengthCount": 2},
+    )
+    reader = client.subscribe(
+        f"{topic}-out", "reader", initial_position=pulsar.InitialPosition.Earliest
+    )
+    produce(client, topic, ["a", "b", "c", "d", "e", "f"])
+    wait_for(lambda: instance.metrics.system_exceptions == 1, 30)
+    outputs: list[str] = []
+    try:
+        while True:  # until the resumed windows have fired too
+            message = reader.receive(3_000)
+            reader.acknowledge(message)
+            outputs.append(message.data().decode())
+    except pulsar.Timeout:
+        reader.close()
+    status = instance.snapshot().status()["status"]
+    assert "MessageTooBig" in status["latestSystemExceptions"][0]["exceptionString"]
+    # the windows after the last checkpoint fire again; none is lost, the order is kept
+    assert list(dict.fromkeys(outputs)) == ["a+b", "c+d", "e+f"]
+    assert outputs[-1] == "e+f"
+    assert instance.metrics.system_exceptions == 1  # the second time, nothing failed

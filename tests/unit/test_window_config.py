@@ -168,20 +168,21 @@ def test_checkpoints_wait_for_their_chunks_and_only_the_newest_ready_is_written(
     queue.add(checkpoints[1], ["b"], ("in", "id-b"))
     assert queue.ready() == (None, [], None)
     assert second.on_settled is not None and first.on_settled is not None
-    second.on_settled(True)
+    second.on_settled(second)
     assert queue.ready() == (None, [], None)  # the first chunk is not persisted yet
-    first.on_settled(True)
+    first.on_settled(first)
     assert queue.ready() == (checkpoints[1], ["a", "b"], ("in", "id-b"))
     assert queue.written == checkpoints[1]
 
-    failures: list[bool] = []
-    queue.on_failure = lambda: failures.append(True)
+    failures: list[Chunk] = []
+    queue.on_failure = failures.append
     third = Chunk()
     queue.track(third)
     queue.add(checkpoints[2], ["c"], ("in", "id-c"))
     assert third.on_settled is not None
-    third.on_settled(False)
-    assert failures == [True]
+    third.error = "send failed: Timeout"
+    third.on_settled(third)
+    assert failures == [third]
     assert queue.ready() == (None, [], None)  # its outputs may be lost: never written
     queue.reset()
     assert queue.written == checkpoints[1]

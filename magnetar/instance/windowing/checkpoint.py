@@ -185,26 +185,31 @@ class CheckpointQueue:
 
     def __init__(self) -> None:
         self._next_chunk = 0
+        self._generation = 0
+        """Bumped by ``reset``: chunks tracked before it no longer count."""
         self._in_flight: set[int] = set()
         self._pending: deque[_Pending] = deque()
         self.failed = False
         """A tracked chunk failed since the last ``reset``."""
         self.written: Checkpoint | None = None
         """The newest checkpoint handed out for writing."""
-        self.on_failure: Callable[[], None] | None = None
-        """Told (on the instance's thread) when a tracked chunk fails."""
+        self.on_failure: Callable[[Chunk], None] | None = None
+        """Told (on the instance's thread) of the first tracked chunk that fails."""
 
     def track(self, chunk: Chunk) -> None:
         """Follow ``chunk``, the current chunk of the instance, until it settles."""
         number = self._next_chunk = self._next_chunk + 1
+        generation = self._generation
         self._in_flight.add(number)
 
-        def settled(ok: bool) -> None:
+        def settled(chunk: Chunk) -> None:
+            if generation != self._generation:
+                return
             self._in_flight.discard(number)
-            if not ok and not self.failed:
+            if (chunk.error or chunk.failed) and not self.failed:
                 self.failed = True
                 if self.on_failure is not None:
-                    self.on_failure()
+                    self.on_failure(chunk)
 
         chunk.on_settled = settled
 
@@ -240,6 +245,9 @@ class CheckpointQueue:
         return bool(self._pending) and self._pending[0].chunk < oldest and not self.failed
 
     def reset(self) -> None:
-        """Forget the waiting checkpoints (resuming from ``written``)."""
+        """Forget the waiting checkpoints and the chunks in flight (resuming from
+        ``written``)."""
+        self._generation += 1
         self._pending.clear()
+        self._in_flight.clear()
         self.failed = False

@@ -29,7 +29,12 @@ from magnetar.instance.windowing.deliveries import Input
 from magnetar.instance.windowing.engine import Activation, Event
 from magnetar.instance.windowing.window import Window, WindowRecord
 
-__all__ = ["Backoff", "PendingWindow", "WindowFiring"]
+__all__ = ["MAX_OUTPUT_BYTES", "Backoff", "PendingWindow", "WindowFiring"]
+
+MAX_OUTPUT_BYTES = 5 * 1024 * 1024 - 16 * 1024
+"""The largest output a window publishes: Pulsar's default ``maxMessageSize`` (5 MiB) less room
+for the message's metadata. A larger one fails the window (retried, then dead-lettered)
+rather than a send the client would refuse."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,12 @@ class WindowFiring:
             result = self._invoker.call([event.item.value for event in events])
             if result is not None and output is not None:
                 content = self._output_serde.serialize(result)
+                if len(content) > MAX_OUTPUT_BYTES:
+                    raise ValueError(
+                        f"the window's output is {len(content):,} bytes, more than a Pulsar "
+                        f"message may hold ({MAX_OUTPUT_BYTES:,}): publish parts of it with "
+                        "context.publish, or make windows smaller"
+                    )
         except Exception as error:
             return self._failed(chunk, pending, error)
         finally:

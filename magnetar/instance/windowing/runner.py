@@ -458,11 +458,15 @@ class WindowRunner:
         if self._watermarks is not None:
             self._watermarks.start(now)
 
-    def _chunk_failed(self) -> None:
+    def _chunk_failed(self, chunk: Chunk) -> None:
         """A send failed: resume from the last checkpoint, with every unacknowledged input
         delivered again."""
+        reason = chunk.error or next(iter(chunk.failed.values()))
+        if not chunk.error:  # the acknowledger counts a failure of the whole chunk
+            self._metrics.record_system_exception(reason)
         self._logger.warning(
-            "a send of the windows failed: resuming them from their last checkpoint"
+            "a send of the windows failed (%s): resuming them from their last checkpoint",
+            reason,
         )
         self._resume_requested = True
         self._inputs.rewind_requested = True
