@@ -401,7 +401,8 @@ def _validate(config: FunctionConfig) -> None:
         )
     if config.retain_ordering and config.retain_key_ordering:
         raise ValueError("retainOrdering and retainKeyOrdering are mutually exclusive")
-    if guarantees is ProcessingGuarantees.ATMOST_ONCE and not config.auto_ack:
+    at_most_once = guarantees is ProcessingGuarantees.ATMOST_ONCE
+    if at_most_once and not config.auto_ack and config.window_config is None:
         raise ValueError(
             "autoAck=false cannot be used with ATMOST_ONCE, which acknowledges every "
             "message on receipt; use MANUAL to acknowledge from the function"

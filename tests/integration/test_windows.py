@@ -110,6 +110,30 @@ def test_tumbling_count_window_publishes_once_per_window(
     assert status["numUserExceptions"] == 0
 
 
+def test_at_most_once_windows_acknowledge_on_receipt_and_drop_a_failed_window(
+    client: pulsar.Client, run_windows: RunWindows, code: Callable[[str], str], topic: str
+) -> None:
+    module = code(
+        """
+        def process(inputs):
+            if "bad" in inputs:
+                raise ValueError("dropped")
+            return "+".join(inputs)
+        """
+    )
+    instance = run_windows(
+        module,
+        name="at-most-once",
+        inputs=[topic],
+        output=f"{topic}-out",
+        processing_guarantees="ATMOST_ONCE",
+        window_config={"windowLengthCount": 2},
+    )
+    produce(client, topic, ["a", "b", "bad", "c", "d", "e"])
+    assert values(collect(client, f"{topic}-out", 2)) == ["a+b", "d+e"]
+    assert instance.metrics.user_exceptions == 1  # not retried
+
+
 RECORDS = """
 import json
 

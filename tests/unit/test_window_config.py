@@ -186,3 +186,28 @@ def test_checkpoints_wait_for_their_chunks_and_only_the_newest_ready_is_written(
     assert queue.ready() == (None, [], None)  # its outputs may be lost: never written
     queue.reset()
     assert queue.written == checkpoints[1]
+
+
+def test_window_flags_make_the_window_config() -> None:
+    from magnetar.cli.function_flags import config_from_flags
+
+    config = config_from_flags(
+        None,
+        py="w.py",
+        inputs="in",
+        window_length_duration_ms=1000,
+        sliding_interval_duration_ms=250,
+        timestamp_extractor_class_name="magnetar.instance.windowing.EventTime",
+        max_lag_ms=50,
+        watermark_emit_interval_ms=100,
+        late_data_topic="late",
+    )
+    assert config.window_config is not None
+    assert config.window_config.model_dump(by_alias=True, exclude_none=True) == {
+        "windowLengthDurationMs": 1000,
+        "slidingIntervalDurationMs": 250,
+        "timestampExtractorClassName": "magnetar.instance.windowing.EventTime",
+        "maxLagMs": 50,
+        "watermarkEmitIntervalMs": 100,
+        "lateDataTopic": "late",
+    }
