@@ -248,15 +248,15 @@ class FunctionInstance:
             paths,
             options.function_version,
         )
-        invoker = Invoker(function, context, self.metrics, config.timeout_ms)
-        input_serdes = TopicSerDes(serdes, load_serde(None))
         output_serde = load_serde(config.output_serde_class_name, paths)
         window = config.window_config
         if window is None:
             return PythonRunner(
-                invoker,
-                input_serdes,
+                function,
+                serdes,
+                load_serde(None),
                 output_serde,
+                context,
                 self._outputs,
                 self._sender,
                 self.metrics,
@@ -264,13 +264,14 @@ class FunctionInstance:
                 failures,
                 self._journal,
                 acking,
+                config.timeout_ms,
             )
         extractor = window.timestamp_extractor_class_name
         return WindowRunner(
             config,
             options,
-            invoker,
-            input_serdes,
+            Invoker(function, context, self.metrics, config.timeout_ms),
+            TopicSerDes(serdes, load_serde(None)),
             output_serde,
             self._outputs,
             self._sender,

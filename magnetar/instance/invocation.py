@@ -1,5 +1,6 @@
-"""Calling the user's Python function: with its context or not, within its ``timeoutMs``,
-timing every call for the instance's latency metrics.
+"""Calling the user's Python function once per window: with its context or not, within its
+``timeoutMs``, timing every call for the instance's latency metrics. An ``async def process``
+is awaited then and there (windows are called one at a time).
 
 The timeout is enforced with SIGALRM when the instance runs on the main thread (its own
 process, as in localrun and the worker's process runtime).
@@ -7,6 +8,8 @@ process, as in localrun and the worker's process runtime).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import signal
 import threading
 import time
@@ -68,8 +71,12 @@ class Invoker:
                 self._in_invocation = True
                 signal.setitimer(signal.ITIMER_REAL, self._alarm_s)
             if self._takes_context:
-                return self._process(value, self.context)
-            return self._process(value)
+                result = self._process(value, self.context)
+            else:
+                result = self._process(value)
+            if inspect.isawaitable(result):
+                result = asyncio.run(_awaited(result))
+            return result
         finally:
             if self._alarm_s:
                 self._in_invocation = False
@@ -86,3 +93,7 @@ class Invoker:
             raise InvocationTimeoutError(
                 f"the function ran longer than its timeout of {self._timeout_ms} ms"
             )
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable

@@ -283,6 +283,29 @@ def test_event_time_from_the_value_with_the_functions_own_extractor(
     assert values(collect(client, f"{topic}-out", 2)) == ["a@10,b@20", "c@30,d@40"]
 
 
+def test_an_async_window_function_is_awaited_once_per_window(
+    client: pulsar.Client, run_windows: RunWindows, code: Callable[[str], str], topic: str
+) -> None:
+    module = code(
+        """
+        import asyncio
+
+        async def process(inputs, context):
+            await asyncio.sleep(0.01)
+            return f"{len(context.get_window().get())}:{'/'.join(inputs)}"
+        """
+    )
+    run_windows(
+        module,
+        name="async",
+        inputs=[topic],
+        output=f"{topic}-out",
+        window_config={"windowLengthCount": 2},
+    )
+    produce(client, topic, ["a", "b", "c", "d"])
+    assert values(collect(client, f"{topic}-out", 2)) == ["2:a/b", "2:c/d"]
+
+
 def test_a_failing_window_is_retried_then_its_inputs_are_dead_lettered(
     client: pulsar.Client, run_windows: RunWindows, code: Callable[[str], str], topic: str
 ) -> None:
