@@ -104,7 +104,8 @@ def compare(
     sides = dict([baseline, candidate])
 
     if args.phase_only:
-        json.dump(_phase(args.broker_url, args.messages, args.repeat, sides), sys.stdout)
+        # the last line: the client's C++ logger also writes to stdout
+        print("\n" + json.dumps(_phase(args.broker_url, args.messages, args.repeat, sides)))
         return
 
     data_dir = tempfile.mkdtemp(prefix="magnetar-bench-")
@@ -138,7 +139,8 @@ def compare(
                 str(args.repeat),
             ]
             out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
-            results[mode] = _summarize(json.loads(out), baseline[0], candidate[0])
+            rates = json.loads(out.strip().splitlines()[-1])
+            results[mode] = _summarize(rates, baseline[0], candidate[0])
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(results, indent=2))

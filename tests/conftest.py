@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -84,3 +85,13 @@ def descendants_named(ancestor: int, name: str) -> list[int]:
         return False
 
     return sorted(pid for pid, comm in names.items() if comm == name and descends(pid))
+
+
+def instance_pids(parent: int) -> list[int]:
+    """The instance processes a localrun (process ``parent``) started."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(parent)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    return [
+        int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
+    ]

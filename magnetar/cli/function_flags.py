@@ -169,15 +169,50 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--disk", type=int, help="Bytes of disk per instance (kept)."),
         click.option("--custom-runtime-options", help="Kept (Pulsar's Kubernetes runtime option)."),
         click.option("--runtime-flags", help="Kept (Pulsar's process runtime option)."),
-        *[
-            click.option(*names, type=int, hidden=True, help="Refused: window functions.")
-            for names in (
-                ("--window-length-count", "--windowLengthCount"),
-                ("--window-length-duration-ms", "--windowLengthDurationMs"),
-                ("--sliding-interval-count", "--slidingIntervalCount"),
-                ("--sliding-interval-duration-ms", "--slidingIntervalDurationMs"),
-            )
-        ],
+        click.option(
+            "--window-length-count",
+            "--windowLengthCount",
+            type=int,
+            help="A window function: process receives the list of each window's values; "
+            "this many messages per window.",
+        ),
+        click.option(
+            "--window-length-duration-ms",
+            "--windowLengthDurationMs",
+            type=int,
+            help="A window function with windows of this many milliseconds.",
+        ),
+        click.option(
+            "--sliding-interval-count",
+            "--slidingIntervalCount",
+            type=int,
+            help="A window fires every this many messages [default: its length: tumbling].",
+        ),
+        click.option(
+            "--sliding-interval-duration-ms",
+            "--slidingIntervalDurationMs",
+            type=int,
+            help="A window fires every this many milliseconds [default: its length].",
+        ),
+        click.option(
+            "--timestamp-extractor",
+            "timestamp_extractor_class_name",
+            help="Event-time windows: module.Class whose extract_timestamp(input) gives an "
+            "input's time in ms; magnetar.instance.windowing.EventTime takes the messages' "
+            "event time.",
+        ),
+        click.option(
+            "--lag-ms",
+            "max_lag_ms",
+            type=int,
+            help="Event time: how far behind the newest input an input may be [default: 0].",
+        ),
+        click.option(
+            "--watermark-emit-interval-ms",
+            type=int,
+            help="Event time: how often windows catch up with it [default: 1000].",
+        ),
+        click.option("--late-data-topic", help="Event time: where inputs too late go."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -209,6 +244,10 @@ _WINDOW_FLAGS = {
     "window_length_duration_ms": "windowLengthDurationMs",
     "sliding_interval_count": "slidingIntervalCount",
     "sliding_interval_duration_ms": "slidingIntervalDurationMs",
+    "timestamp_extractor_class_name": "timestampExtractorClassName",
+    "max_lag_ms": "maxLagMs",
+    "watermark_emit_interval_ms": "watermarkEmitIntervalMs",
+    "late_data_topic": "lateDataTopic",
 }
 
 

@@ -75,6 +75,8 @@ class Acknowledger:
                 assert self._journal is not None
                 self._journal.settle(chunk.state, persisted=not chunk.error)
             self._settle(chunk)
+            if chunk.on_settled is not None:
+                chunk.on_settled(chunk)
 
     def _settle(self, chunk: Chunk) -> None:
         if chunk.error:

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from magnetar.instance.exceptions import InvalidFunctionConfigError
+from magnetar.instance.windowing.config import WindowConfig
 from magnetar.topics import base_topic, full_topic_name
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Runtime",
     "SubscriptionPosition",
     "SubscriptionType",
+    "WindowConfig",
 ]
 
 
@@ -210,7 +212,9 @@ class FunctionConfig(_Model):
     expose_pulsar_admin_client_enabled: bool | None = None
     custom_runtime_options: str | None = None
     custom_schema_outputs: dict[str, str] | None = None
-    window_config: dict[str, Any] | None = None
+    window_config: WindowConfig | None = None
+    """Makes the function a window function: ``process`` receives the list of a window's
+    values, once per window (see ``magnetar.instance.windowing``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +223,19 @@ class FunctionConfig(_Model):
         if isinstance(data, dict) and data.get("js") and data.get("runtime") is None:
             return {**data, "runtime": Runtime.JAVASCRIPT}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _windows_acknowledge_themselves(cls, data: Any) -> Any:
+        # As Pulsar (FunctionConfigUtils.inferMissingArguments): the windows acknowledge
+        # their inputs, so a window function's autoAck is false, whatever it was.
+        if (
+            not isinstance(data, dict)
+            or data.get("windowConfig", data.get("window_config")) is None
+        ):
+            return data
+        fields = {k: v for k, v in data.items() if k not in ("autoAck", "auto_ack")}
+        return {**fields, "autoAck": False}
 
     @field_validator("runtime", mode="before")
     @classmethod
@@ -402,7 +419,8 @@ def _validate(config: FunctionConfig) -> None:
         )
     if config.retain_ordering and config.retain_key_ordering:
         raise ValueError("retainOrdering and retainKeyOrdering are mutually exclusive")
-    if guarantees is ProcessingGuarantees.ATMOST_ONCE and not config.auto_ack:
+    at_most_once = guarantees is ProcessingGuarantees.ATMOST_ONCE
+    if at_most_once and not config.auto_ack and config.window_config is None:
         raise ValueError(
             "autoAck=false cannot be used with ATMOST_ONCE, which acknowledges every "
             "message on receipt; use MANUAL to acknowledge from the function"
@@ -463,6 +481,32 @@ def _validate_producer(config: FunctionConfig) -> None:
         )
 
 
+def _validate_window(config: FunctionConfig) -> None:
+    """A window function's rules beyond its windowConfig's own (Pulsar's messages)."""
+    window = config.window_config
+    if window is None:
+        return
+    guarantees = config.processing_guarantees
+    if guarantees in (ProcessingGuarantees.EFFECTIVELY_ONCE, ProcessingGuarantees.MANUAL):
+        raise ValueError(f"Windows Function not support {guarantees} delivery semantics.")
+    if config.is_javascript:
+        raise ValueError(
+            "windowConfig is set, but window functions are Python functions: a JavaScript "
+            "function processes each message (keep a window in its state)"
+        )
+    late = window.late_data_topic
+    if late is not None:
+        try:
+            late_topic = base_topic(late)
+        except ValueError as error:
+            raise ValueError(f"windowConfig.lateDataTopic: {error}") from None
+        if late_topic in {base_topic(topic) for topic in config.input_serdes()}:
+            raise ValueError(
+                f"windowConfig.lateDataTopic {late!r} is also an input topic; late inputs "
+                "would come back as inputs"
+            )
+
+
 def _validate_code(config: FunctionConfig) -> None:
     """The code fields must match the runtime; JavaScript takes its own SerDe names."""
     for field, what in (("jar", "Java"), ("function_type", "built-in Java"), ("go", "Go")):
@@ -471,11 +515,7 @@ def _validate_code(config: FunctionConfig) -> None:
                 f"{to_camel(field)} is set, but Magnetar runs Python (py) and JavaScript (js) "
                 f"functions, not {what} ones; run those on Apache Pulsar's own functions worker"
             )
-    if config.window_config:
-        raise ValueError(
-            "windowConfig is set, but window functions are not supported yet; process each "
-            "message and keep the window in state (context.put_state/get_state)"
-        )
+    _validate_window(config)
     if config.py and config.js:
         raise ValueError("set py (--py) or js (--js), not both: a function has one code file")
     if config.is_javascript:

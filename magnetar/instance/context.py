@@ -15,10 +15,12 @@ from typing import Any, Protocol
 from pulsar.functions.context import Context as _SdkContext
 
 from magnetar.instance.config import FunctionConfig
+from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import SecretsProvider
 from magnetar.instance.serde import SerDe, load_serde
 from magnetar.instance.state import StateStore
+from magnetar.instance.windowing.window import Window
 from magnetar.topics import base_topic
 
 __all__ = ["InstanceContext", "MessagePublisher"]
@@ -80,6 +82,7 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
         self._input_topics = sorted(config.input_serdes()) + config.input_patterns()
         self.message: Any = None
         self.topic: str = ""
+        self.window: Window | None = None
 
     def set_message(self, message: Any, topic: str) -> None:
         """Point the context at the message about to be processed."""
@@ -118,6 +121,16 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
 
     def get_ordering_key(self) -> bytes | None:
         return self.message.ordering_key() or None
+
+    def get_window(self) -> Window:
+        """The window being processed, with every input's record (a window function's:
+        one with a ``windowConfig``). The current message is the window's newest input."""
+        if self.window is None:
+            raise InstanceError(
+                f"function {self._config.fqfn} is not a window function: get_window() needs "
+                "a windowConfig (--window-length-count or --window-length-duration-ms)"
+            )
+        return self.window
 
     # --- the function -------------------------------------------------------------------
 

@@ -48,6 +48,9 @@ class Chunk:
     """Acknowledged (or redelivered) already; a late send cannot settle it twice."""
     state: Any = None
     """The batch of state journal records sent with the chunk (settled with it), if any."""
+    on_settled: Callable[[Chunk], None] | None = None
+    """Told when the chunk is settled (its ``error`` and ``failed`` say how its sends
+    ended)."""
 
 
 @dataclass

@@ -49,9 +49,9 @@ class FailureHandler:
         error: BaseException | str,
         chunk: Chunk,
         system: bool = False,
-    ) -> None:
+    ) -> bool:
         """The function failed on ``message`` (``system``: not the function's fault, such
-        as an input its SerDe cannot read)."""
+        as an input its SerDe cannot read); whether it will be processed again."""
         if self._journal is not None:
             self._journal.rollback()  # its state updates are made again when it is retried
         system = system or isinstance(error, SerDeError)
@@ -63,7 +63,7 @@ class FailureHandler:
         where = f"message {message.message_id()} from {message.topic_name()}"
         if not self._retry:
             self._log_first(kind, where, error)
-            return
+            return False
         attempt = self._retries.failed(consumer, message)
         if attempt.failures == 1:
             self._log_first(kind, where, error)
@@ -74,7 +74,7 @@ class FailureHandler:
                 )
             if self._on_retry is not None:
                 self._on_retry(message.message_id())
-            return
+            return True
         topic = self._dead_letters.send(chunk, message)
         chunk.inputs.append((consumer, message))  # acknowledged once the dead letter is stored
         self._metrics.dead_lettered += 1
@@ -85,6 +85,7 @@ class FailureHandler:
             attempt.failures,
             error,
         )
+        return False
 
     def _log_first(self, kind: str, where: str, error: BaseException | str) -> None:
         self._logger.error(

@@ -56,10 +56,13 @@ class Inputs:
             # (pulsar-lite ignores a time), and a skipped message costs no more than its ack.
             self._skip_before_ms = int(time.time() * 1000)
 
-    def receive(self, waiting_for_sends: bool, busy: bool = False) -> list[Received]:
+    def receive(
+        self, waiting_for_sends: bool, busy: bool = False, wake_in_s: float | None = None
+    ) -> list[Received]:
         """Up to ``max_chunk`` messages: what was handed back, the retries that are due,
-        then new messages (waiting briefly for the first when there is nothing else, and not
-        at all when the runner is ``busy`` with work of its own)."""
+        then new messages (waiting briefly for the first when there is nothing else, no
+        longer than ``wake_in_s``, and not at all when the runner is ``busy`` with work of its
+        own)."""
         limit = self._options.max_chunk
         received: list[Received] = []
         while self._handed_back and len(received) < limit:
@@ -72,6 +75,8 @@ class Inputs:
         due = self.retries.next_due()
         if due is not None:
             poll_ms = min(poll_ms, int((due - time.monotonic()) * 1000) + 1)
+        if wake_in_s is not None:
+            poll_ms = min(poll_ms, int(wake_in_s * 1000) + 1)
         poll_ms = 0 if busy else max(1, poll_ms // len(self.consumers))
         for consumer in self.consumers:
             try:

@@ -34,6 +34,7 @@ from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.exceptions import InstanceError, InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
 from magnetar.instance.inputs import Inputs
+from magnetar.instance.invocation import Invoker
 from magnetar.instance.loader import LoadedFunction, load_function
 from magnetar.instance.logtopic import function_logger
 from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
@@ -45,8 +46,10 @@ from magnetar.instance.retries import Ordering, Received, RetryQueue
 from magnetar.instance.runner import Acking, Runner
 from magnetar.instance.schemas import input_schema_serdes, output_schema_serde
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
-from magnetar.instance.serde import SerDe, load_serde
+from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
+from magnetar.instance.windowing.extractors import load_timestamp_extractor
+from magnetar.instance.windowing.runner import WindowRunner
 
 __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 
@@ -233,6 +236,8 @@ class FunctionInstance:
             )
         else:
             self._runner = self._python_runner(python, logger, secrets, retries, failures, acking)
+        if isinstance(self._runner, WindowRunner):
+            self._runner.open()
         inputs.subscribe()
 
     def _python_runner(
@@ -269,6 +274,26 @@ class FunctionInstance:
             retries,
             failures,
         )
+        window = config.window_config
+        if window is not None:
+            assert self._inputs is not None
+            extractor = window.timestamp_extractor_class_name
+            return WindowRunner(
+                config,
+                options,
+                Invoker(python.function, context, self.metrics, config.timeout_ms),
+                TopicSerDes(python.input_serdes, load_serde(None)),
+                python.output_serde,
+                self._outputs,
+                self._sender,
+                self.metrics,
+                self._inputs,
+                failures,
+                DeadLetters(config, self._sender, self._outputs.producer),
+                self._journal,
+                logger,
+                load_timestamp_extractor(extractor, python.paths) if extractor else None,
+            )
         if inspect.iscoroutinefunction(python.function.process):
             return AsyncRunner(
                 *common,
@@ -357,11 +382,16 @@ class FunctionInstance:
         self, inputs: Inputs, acknowledger: Acknowledger, runner: Runner
     ) -> None:
         options = self.options
+        windows = self._runner if isinstance(self._runner, WindowRunner) else None
         next_report = time.monotonic() + options.metrics_interval_s
+        windows = runner if isinstance(runner, WindowRunner) else None
         while not self._stop.is_set():
-            received = inputs.receive(acknowledger.unacked > 0, runner.busy)
-            if received or runner.busy:
-                self._process_chunk(received)
+            if windows is not None:
+                self._feed_windows(windows, inputs, acknowledger)
+            else:
+                received = inputs.receive(acknowledger.unacked > 0, runner.busy)
+                if received or runner.busy:
+                    self._process_chunk(received)
             acknowledger.acknowledge_completed()
             if inputs.rewind_requested:
                 acknowledger.wait(options.drain_timeout_s)
@@ -373,6 +403,22 @@ class FunctionInstance:
             if time.monotonic() >= next_report:
                 self._report_metrics()
                 next_report = time.monotonic() + options.metrics_interval_s
+
+    def _feed_windows(
+        self, windows: WindowRunner, inputs: Inputs, acknowledger: Acknowledger
+    ) -> None:
+        """Windows act without input too (time windows, watermarks, retries, checkpoints):
+        the wait for input ends when they are due."""
+        due_in_s = windows.due_in_s()
+        received: list[Received] = []
+        if windows.accepts_input():
+            received = inputs.receive(acknowledger.unacked > 0, wake_in_s=due_in_s)
+        else:
+            poll_s = self.options.poll_interval_ms / 1000
+            self._stop.wait(poll_s if due_in_s is None else min(due_in_s, poll_s))
+        due_in_s = windows.due_in_s()
+        if received or (due_in_s is not None and due_in_s <= 0):
+            self._process_chunk(received)
 
     def _process_chunk(self, received: list[Received]) -> None:
         assert self._acknowledger is not None and self._runner is not None
@@ -416,6 +462,22 @@ class FunctionInstance:
         if self._acknowledger is None:
             return
         self._acknowledger.wait(self.options.drain_timeout_s)
+        if isinstance(self._runner, WindowRunner) and self._outputs is not None:
+            # the checkpoint of the windows fired so far, so a restart fires none again
+            chunk = self._chunk = Chunk()
+            self._runner.flush(chunk)
+            if self._journal is not None:
+                self._send_journal(chunk)
+            self._acknowledger.seal(chunk)
+            self._outputs.flush()
+            self._acknowledger.wait(self.options.drain_timeout_s)
+        if isinstance(self._runner, WindowRunner) and self._outputs is not None:
+            # the checkpoint of the windows fired so far, so a restart fires none again
+            chunk = self._chunk = Chunk()
+            self._runner.flush(chunk)
+            self._seal(chunk)
+            self._outputs.flush()
+            self._acknowledger.wait(self.options.drain_timeout_s)
         if self._acknowledger.unacked:
             log.warning(
                 "%s: %d inputs left unacknowledged on stop; they will be redelivered",

@@ -33,6 +33,7 @@ from magnetar.instance.process import (
     signals_blocked,
 )
 from magnetar.instance.secrets import load_secrets_provider
+from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.statestore import StateOptions, instance_state_dir
 
 __all__ = ["LocalRun"]
@@ -88,6 +89,11 @@ class LocalRun:
         else:
             function = load_function(self.config.py, self.config.class_name)
             load_secrets_provider(*self._secrets_provider, function.search_paths)
+            window = self.config.window_config
+            if window is not None and window.timestamp_extractor_class_name:
+                load_timestamp_extractor(
+                    window.timestamp_extractor_class_name, function.search_paths
+                )
         try:
             check_broker(self.broker_url)
         except ValueError as error:

@@ -38,6 +38,9 @@ class InstanceOptions:
     """Longest wait for in-flight sends on a graceful stop."""
     send_timeout_ms: int = 30_000
     """How long a send may wait for the broker before it fails (its inputs are redelivered)."""
+    window_restore_timeout_s: float = 10.0
+    """After a restart, how long a window function waits for the inputs its windows held to be
+    delivered again before its windows go on without those still missing."""
     worker_id: str = ""
     """The worker running this instance (reported in status)."""
     function_version: str = ""

@@ -13,8 +13,9 @@ from pulsar.functions.serde import IdentitySerDe
 
 from magnetar.instance.exceptions import FunctionLoadError, SerDeError
 from magnetar.instance.loader import load_attribute
+from magnetar.topics import base_topic
 
-__all__ = ["FastIdentitySerDe", "SerDe", "load_serde"]
+__all__ = ["FastIdentitySerDe", "SerDe", "TopicSerDes", "load_serde"]
 
 _NUMERIC_LETTERS = frozenset("iInNjJ")  # inf, nan, j: letters that may start a number
 _NUMBER_TYPES = (int, float, complex)
@@ -57,6 +58,20 @@ class FastIdentitySerDe(IdentitySerDe):  # type: ignore[misc]
             except Exception:
                 pass
         return text
+
+
+class TopicSerDes(dict[str, SerDe]):
+    """Input topic -> its SerDe. A topic seen for the first time (a pattern match or a
+    partition) takes its base topic's SerDe, or the default."""
+
+    def __init__(self, serdes: dict[str, SerDe], default: SerDe) -> None:
+        super().__init__(serdes)
+        self._default = default
+
+    def __missing__(self, topic: str) -> SerDe:
+        serde = self.get(base_topic(topic), self._default)
+        self[topic] = serde
+        return serde
 
 
 _SDK_ALIASES = {

@@ -16,7 +16,7 @@ import pytest
 from magnetar.broker import EmbeddedBroker
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.conftest import EXAMPLES
-from tests.integration.conftest import produce
+from tests.integration.conftest import collect, produce, values
 
 FUNCTIONS = "/admin/v3/functions/public/default"
 TIMEOUT_S = 4
@@ -364,3 +364,33 @@ def test_error_codes_of_packages_conflicts_and_missing_things(api: Api) -> None:
     )
     assert bad_update.status_code == 400
     assert "is also an input topic" in bad_update.json()["reason"]
+
+
+def test_a_window_function_registered_through_rest(api: Api, cluster_client: pulsar.Client) -> None:
+    topic = f"numbers-{uuid.uuid4().hex[:6]}"
+    config = {
+        "inputs": [topic],
+        "output": f"{topic}-avg",
+        "className": "window_average",
+        "windowConfig": {"windowLengthCount": 5},
+    }
+    created = api.call(
+        api.workers[1], "POST", f"{FUNCTIONS}/winavg", **_form(config, "window_average.py")
+    )
+    assert created.status_code == 200, created.text
+    got = api.call(api.workers[2], "GET", f"{FUNCTIONS}/winavg").json()
+    assert got["windowConfig"]["windowLengthCount"] == 5
+    wait_until(lambda: api.status("winavg")["numRunning"] == 1, 20, "winavg running")
+    produce(cluster_client, topic, [str(i) for i in range(1, 11)])
+    averages = [json.loads(v) for v in values(collect(cluster_client, f"{topic}-avg", 2, 30))]
+    assert [(a["average"], a["count"]) for a in averages] == [(3.0, 5), (8.0, 5)]
+
+    bad = api.call(
+        api.workers[0],
+        "POST",
+        f"{FUNCTIONS}/winbad",
+        **_form({**config, "windowConfig": {"windowLengthCount": 5, "windowLengthDurationMs": 9}}),
+    )
+    assert bad.status_code == 400
+    assert "Window length for time and count are set!" in bad.json()["reason"]
+    assert api.call(api.workers[0], "DELETE", f"{FUNCTIONS}/winavg").status_code == 200

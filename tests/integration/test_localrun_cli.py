@@ -420,7 +420,15 @@ def test_pulsar_admin_flags_and_their_deprecated_spellings(
     ("args", "expected"),
     [
         (["--jar", "fn.jar"], "jar is set, but Magnetar runs Python (py) and JavaScript (js)"),
-        (["--windowLengthCount", "10"], "window functions are not supported yet"),
+        (
+            ["--windowLengthCount", "10", "--processing-guarantees", "MANUAL"],
+            "Windows Function not support MANUAL delivery semantics.",
+        ),
+        (["--window-length-count", "0"], "Window length must be positive [0]"),
+        (
+            ["--window-length-count", "5", "--timestamp-extractor", "nosuch.Extractor"],
+            "cannot load timestamp extractor 'nosuch.Extractor'",
+        ),
         (["--producer-config", '{"compressionType": "BROTLI"}'], "must be one of NONE, LZ4"),
     ],
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pulsar
 
 from magnetar.statestore import StateQueryService
-from tests.conftest import EXAMPLES, MAGNETAR
+from tests.conftest import EXAMPLES, MAGNETAR, instance_pids
 
 TEXT = [
     "to be or not to be that is the question",
@@ -51,15 +51,6 @@ def localrun(name: str, topic: str, state_dir: Path, broker_url: str) -> subproc
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-def instance_pids(parent: int) -> list[int]:
-    children = subprocess.run(
-        ["pgrep", "-P", str(parent)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    return [
-        int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()
-    ]
 
 
 def test_word_count_through_localrun_is_exact_after_kill_9_of_its_instance(

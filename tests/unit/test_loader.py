@@ -95,6 +95,8 @@ def test_plain_process_function() -> None:
         ("slow.py", "process", False),
         ("user_config.py", "GreetingFunction", True),
         ("async_lookup.py", "AsyncLookup", True),
+        ("window_average.py", "process", True),
+        ("window_count.py", "process", False),
         ("word_count.py", "WordCountFunction", True),
         ("word_split.py", "WordSplitFunction", True),
     ],
@@ -119,6 +121,8 @@ def test_every_example_is_covered() -> None:
         "publish.py",
         "slow.py",
         "user_config.py",
+        "window_average.py",
+        "window_count.py",
         "word_count.py",
         "word_split.py",
     }
