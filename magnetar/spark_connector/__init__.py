@@ -13,6 +13,7 @@ from magnetar.spark_connector._files import FILE_FORMATS, write_files
 from magnetar.spark_connector._options import check_read_options
 from magnetar.spark_connector._replay import REPLAY_SCHEMA, ReplayProgress, ReplayReport, replay
 from magnetar.spark_connector._schema import SCHEMA
+from magnetar.spark_connector._schema_lookup import SCHEMA_REGISTRY_TOPIC
 from magnetar.spark_connector._session import spark_session
 from magnetar.spark_connector._source import PulsarDataSource
 from magnetar.spark_connector.exceptions import (
@@ -20,6 +21,7 @@ from magnetar.spark_connector.exceptions import (
     PulsarReadError,
     PulsarWriteError,
     ReplayError,
+    SchemaError,
     SparkConnectorError,
 )
 
@@ -27,6 +29,7 @@ __all__ = [
     "FILE_FORMATS",
     "REPLAY_SCHEMA",
     "SCHEMA",
+    "SCHEMA_REGISTRY_TOPIC",
     "InvalidOptionError",
     "PulsarDataSource",
     "PulsarReadError",
@@ -34,6 +37,7 @@ __all__ = [
     "ReplayError",
     "ReplayProgress",
     "ReplayReport",
+    "SchemaError",
     "SparkConnectorError",
     "check_read_options",
     "replay",

@@ -131,20 +131,23 @@ def test_a_function_that_does_not_load_is_reported_before_the_job(
 def test_errors_inside_a_spark_job_are_one_line_too(
     broker_url: str, client: pulsar.Client, topic: str, tmp_path: Path
 ) -> None:
-    """A range ending past the last message: the executor's read gives up after
-    pollTimeoutMs (failOnDataLoss defaults to true)."""
-    ids = produce(client, topic, ["a", "b"])
-    beyond = pulsar.MessageId(-1, ids[-1].ledger_id(), ids[-1].entry_id() + 100, -1)
+    """A payload that does not decode with the values' schema fails the executor's task."""
+    ids = produce(client, topic, ['{"name": "a"}', "not json"])
+    definition = json.dumps(
+        {"type": "record", "name": "R", "fields": [{"name": "name", "type": "string"}]}
+    )
 
     result = run(
         broker_url,
-        *("read", "--topic", topic, "--ending-offsets", id_json(topic, beyond)),
-        *("--option", "pollTimeoutMs=1500", "--path", str(tmp_path / "out")),
+        *("read", "--topic", topic, "--option", "schema.type=JSON"),
+        *("--option", f"schema.definition={definition}", "--path", str(tmp_path / "out")),
     )
 
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"Error: {full(topic)}: no message after position")
-    assert "set failOnDataLoss=false to read what is there" in result.stderr
+    where = f"({ids[1].ledger_id()}, {ids[1].entry_id()}, {ids[1].batch_index()})"
+    assert result.stderr.startswith(
+        f"Error: message {where} of {full(topic)} cannot be decoded with the topic's JSON schema"
+    )
     assert len(result.stderr.splitlines()) == 1
 
 
