@@ -133,7 +133,11 @@ def test_streaming_write_copies_a_topic(
 @pytest.mark.parametrize(
     ("schema", "mode", "message"),
     [
-        ("value string", "overwrite", r"Pulsar topics are append-only: write with mode\('append'\)"),
+        (
+            "value string",
+            "overwrite",
+            r"Pulsar topics are append-only: write with mode\('append'\)",
+        ),
         ("__key string", "append", "Schema should have at least one non-key/non-topic field"),
         ("value string, __key int", "append", "__key attribute type must be a string or binary"),
         (
