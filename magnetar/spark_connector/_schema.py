@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.types import (
     BinaryType,
     MapType,
@@ -132,17 +131,15 @@ def _batch(
     def describe(index: int) -> str:
         return f"message {_describe_id(ids[index])} of {topic}"
 
-    key_text = pa.array(keys, pa.string())
-    event_ms = pa.array(events, pa.int64())
     return pa.RecordBatch.from_arrays(
         [
             *decoder.decode(values, describe),
-            pc.if_else(pc.equal(key_text, ""), None, key_text).cast(pa.binary()),  # "" = no key
+            pa.array([k.encode() if k else None for k in keys], pa.binary()),  # "": no key
             pa.repeat(pa.scalar(topic, pa.string()), len(values)),
             pa.array(ids, pa.binary()),
             pa.array(published, _MILLIS).cast(_TIMESTAMP),
-            pc.if_else(pc.equal(event_ms, 0), None, event_ms).cast(_MILLIS).cast(_TIMESTAMP),
-            _properties(properties),  # 0 = no event time, above
+            pa.array([e or None for e in events], _MILLIS).cast(_TIMESTAMP),  # 0: no time
+            _properties(properties),
         ],
         schema=arrow_schema,
     )

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -90,10 +89,9 @@ class ValueDecoder:
     def _fixed(self, payloads: Sequence[bytes], describe: Describe) -> pa.Array:
         kind = self.schema.type
         width, dtype = _FIXED[kind]
-        lengths = pc.binary_length(pa.array(payloads, pa.binary()))
-        wrong = pc.not_equal(lengths, width)
-        if pc.any(wrong).as_py():
-            index = pc.index(wrong, True).as_py()
+        wrong = [index for index, p in enumerate(payloads) if len(p) != width]
+        if wrong:
+            index = wrong[0]
             raise PulsarReadError(
                 f"{describe(index)} is not a {kind} value: {len(payloads[index])} bytes, "
                 f"expected {width}"
@@ -130,7 +128,7 @@ class ValueDecoder:
         for name in self._required:
             column = columns[self._arrow.get_field_index(name)]
             if column.null_count:
-                index = pc.index(pc.is_null(column), True).as_py()
+                index = column.to_pylist().index(None)
                 raise PulsarReadError(
                     f"{describe(index)} has no value for {name}, which the topic's "
                     f"{self.schema.type} schema requires"

@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 
 from magnetar.cli import main
+from tests.cluster.conftest import Cluster
 from tests.conftest import EXAMPLES
 from tests.spark.conftest import full, id_json, produce, read, texts
 
@@ -86,14 +87,60 @@ def test_replay_from_code_to_a_topic(
     assert texts(read(spark, broker_url, topic=f"{topic}-out")) == [f"in{i}!" for i in range(2, 12)]
 
 
-def test_replay_by_fqfn_needs_a_worker(broker_url: str, topic: str) -> None:
-    result = run(
-        broker_url, "replay", "--fqfn", "public/default/excl", "--topic", topic, "--path", "x"
-    )
+def test_replay_by_fqfn_runs_the_registered_code_and_config(
+    spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str, tmp_path: Path
+) -> None:
+    """The worker hands out the function's config and code (Pulsar's .../download); the
+    replay reads the function's own inputs and applies its user config."""
+    cluster = Cluster(broker_url, tmp_path)
+    try:
+        worker = cluster.start_worker("w1")
+        produce(client, topic, ["x", "y", "z"])
+        created = cluster.create(
+            worker,
+            f"pub-{topic}",
+            example="publish.py",
+            className="publish.PublishFunction",
+            inputs=[topic],
+            userConfig={"publish-topic": f"{topic}-published"},
+        )
+        assert created.status_code == 200, created.text
 
-    assert result.exit_code == 2
-    assert "needs a Magnetar worker" in result.output
-    assert "--py and --classname" in result.output
+        result = CliRunner().invoke(
+            main,
+            [
+                *("--output", "json", "--broker-url", broker_url, "--admin-url", worker.url),
+                *("spark", "replay", "--fqfn", f"public/default/pub-{topic}"),
+                *("--path", str(tmp_path / "out")),
+            ],
+        )
+    finally:
+        cluster.stop_all()
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["inputs"], report["published"], report["userExceptions"]) == (3, 3, 0)
+    written = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(bytes(r.value).decode() for r in written) == ["x!", "y!", "z!"]
+    assert {r["__topic"] for r in written} == {full(f"{topic}-published")}
+
+
+def test_replay_by_fqfn_of_a_function_that_is_not_there(broker_url: str, tmp_path: Path) -> None:
+    cluster = Cluster(broker_url, tmp_path)
+    try:
+        worker = cluster.start_worker("w1")
+        result = CliRunner().invoke(
+            main,
+            [
+                *("--broker-url", broker_url, "--admin-url", worker.url),
+                *("spark", "replay", "--fqfn", "public/default/nope", "--path", "x"),
+            ],
+        )
+    finally:
+        cluster.stop_all()
+
+    assert result.exit_code == 1
+    assert "nope" in result.stderr and "HTTP 404" in result.stderr
 
 
 def test_bad_offsets_give_one_clear_line(broker_url: str, topic: str, tmp_path: Path) -> None:
