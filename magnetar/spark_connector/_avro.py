@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 
 from magnetar.spark_connector.exceptions import SchemaError
 
-__all__ = ["Converter", "avro_schema", "converter", "spark_type"]
+__all__ = ["Converter", "avro_schema", "converter", "inline_named_types", "spark_type"]
 
 Avro = Any
 """A parsed Avro schema: a type name, a dict, or a list (a union)."""
@@ -64,6 +64,60 @@ _PRIMITIVES: dict[str, DataType] = {
     "double": DoubleType(),
     "enum": StringType(),
 }
+
+
+_NAMED = ("record", "enum", "fixed")
+_BUILT_IN = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+
+
+def inline_named_types(schema: Avro) -> Avro:
+    """``schema`` with every reference to a named type (``"com.acme.Address"`` used a second
+    time) replaced by its definition, so each part can be read on its own; a record that
+    refers to itself raises :class:`SchemaError` (Spark has no recursive types)."""
+    return _inline(schema, {}, (), "")
+
+
+def _inline(schema: Avro, names: dict[str, Avro], stack: tuple[str, ...], namespace: str) -> Avro:
+    if isinstance(schema, list):
+        return [_inline(branch, names, stack, namespace) for branch in schema]
+    if isinstance(schema, str):
+        if schema in _BUILT_IN:
+            return schema
+        full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
+        if full in stack or schema in stack:
+            raise SchemaError(f"Avro record {full} refers to itself, which Spark cannot hold")
+        found = names.get(full, names.get(schema))
+        if found is None:
+            raise SchemaError(f"Avro type {schema!r} is neither built in nor defined before")
+        return found
+    if not isinstance(schema, dict):
+        raise SchemaError(f"{schema!r} is not an Avro schema")
+    kind = schema.get("type")
+    if not isinstance(kind, str) or kind not in _NAMED:
+        inlined = dict(schema)
+        if isinstance(kind, (dict, list)) or (
+            isinstance(kind, str) and kind not in _BUILT_IN and kind not in ("array", "map")
+        ):
+            inlined["type"] = _inline(kind, names, stack, namespace)
+        if "items" in schema:
+            inlined["items"] = _inline(schema["items"], names, stack, namespace)
+        if "values" in schema:
+            inlined["values"] = _inline(schema["values"], names, stack, namespace)
+        return inlined
+    name = str(schema.get("name", ""))
+    own_namespace = (
+        schema.get("namespace", namespace) if "." not in name else name.rpartition(".")[0]
+    )
+    full = name if "." in name or not own_namespace else f"{own_namespace}.{name}"
+    inlined = dict(schema)
+    if kind == "record":
+        inner = (*stack, full)
+        inlined["fields"] = [
+            {**field, "type": _inline(field["type"], names, inner, own_namespace or "")}
+            for field in schema.get("fields", [])
+        ]
+    names[full] = names[name] = inlined
+    return inlined
 
 
 def _kind(schema: Avro) -> str:

@@ -73,15 +73,17 @@ def _ms_from_micros(option: str, text: str) -> int:
 
 
 def _choice(names: Mapping[str, str]) -> Convert:
-    """A Java enum constant (any case) -> the name of the Python client's constant."""
+    """A Java enum constant (any case) -> the Python client's constant, named by
+    ``"Kind.CONSTANT"``."""
+    by_lower = {java.lower(): python for java, python in names.items()}
 
     def convert(option: str, text: str) -> Any:
         import pulsar
 
-        found = names.get(text.strip().lower())
+        found = by_lower.get(text.strip().lower())
         if found is None:
             raise InvalidOptionError(
-                f"{option} must be one of {', '.join(sorted(set(names.values())))}, got {text!r}"
+                f"{option} must be one of {', '.join(sorted(names))}, got {text!r}"
             )
         kind, _, constant = found.partition(".")
         return getattr(getattr(pulsar, kind), constant)
@@ -196,9 +198,9 @@ _READER_FIELDS = [
         "crypto_failure_action",
         _choice(
             {
-                "fail": "ConsumerCryptoFailureAction.FAIL",
-                "discard": "ConsumerCryptoFailureAction.DISCARD",
-                "consume": "ConsumerCryptoFailureAction.CONSUME",
+                "FAIL": "ConsumerCryptoFailureAction.FAIL",
+                "DISCARD": "ConsumerCryptoFailureAction.DISCARD",
+                "CONSUME": "ConsumerCryptoFailureAction.CONSUME",
             }
         ),
     ),
@@ -230,8 +232,8 @@ _PRODUCER_FIELDS = [
         "message_routing_mode",
         _choice(
             {
-                "roundrobinpartition": "PartitionsRoutingMode.RoundRobinDistribution",
-                "singlepartition": "PartitionsRoutingMode.UseSinglePartition",
+                "RoundRobinPartition": "PartitionsRoutingMode.RoundRobinDistribution",
+                "SinglePartition": "PartitionsRoutingMode.UseSinglePartition",
             }
         ),
     ),
@@ -245,11 +247,11 @@ _PRODUCER_FIELDS = [
         "compression_type",
         _choice(
             {
-                "none": "CompressionType.NONE",
-                "lz4": "CompressionType.LZ4",
-                "zlib": "CompressionType.ZLib",
-                "zstd": "CompressionType.ZSTD",
-                "snappy": "CompressionType.SNAPPY",
+                "NONE": "CompressionType.NONE",
+                "LZ4": "CompressionType.LZ4",
+                "ZLIB": "CompressionType.ZLib",
+                "ZSTD": "CompressionType.ZSTD",
+                "SNAPPY": "CompressionType.SNAPPY",
             }
         ),
     ),
@@ -259,10 +261,10 @@ _PRODUCER_FIELDS = [
         "access_mode",
         _choice(
             {
-                "shared": "ProducerAccessMode.Shared",
-                "exclusive": "ProducerAccessMode.Exclusive",
-                "waitforexclusive": "ProducerAccessMode.WaitForExclusive",
-                "exclusivewithfencing": "ProducerAccessMode.ExclusiveWithFencing",
+                "Shared": "ProducerAccessMode.Shared",
+                "Exclusive": "ProducerAccessMode.Exclusive",
+                "WaitForExclusive": "ProducerAccessMode.WaitForExclusive",
+                "ExclusiveWithFencing": "ProducerAccessMode.ExclusiveWithFencing",
             }
         ),
     ),

@@ -30,7 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from magnetar.spark_connector._avro import spark_type
+from magnetar.spark_connector._avro import inline_named_types, spark_type
 from magnetar.spark_connector.exceptions import SchemaError
 
 __all__ = ["NO_SCHEMA", "PRIMITIVE_TYPES", "RECORD_TYPES", "TopicSchema"]
@@ -103,8 +103,8 @@ class TopicSchema:
 
     @cached_property
     def avro(self) -> Any:
-        """The parsed Avro definition (JSON and AVRO only)."""
-        return json.loads(self.definition)
+        """The parsed Avro definition (JSON and AVRO only), named types used again inlined."""
+        return inline_named_types(json.loads(self.definition))
 
     @cached_property
     def flattened(self) -> bool:

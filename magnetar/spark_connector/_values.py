@@ -68,7 +68,10 @@ class ValueDecoder:
         if schema.is_record:
             json_encoded = schema.type == "JSON"
             self._convert = converter(schema.avro, json_encoded)
-            self._reader = json.loads if json_encoded else _avro_reader(schema.avro)
+            # fastavro resolves named types itself: it gets the definition as written.
+            self._reader = (
+                json.loads if json_encoded else _avro_reader(json.loads(schema.definition))
+            )
 
     @property
     def arrow_fields(self) -> list[pa.Field]:
@@ -195,7 +198,7 @@ def encoder(schema: TopicSchema) -> Encode:
         return _fixed_encoder(kind)
     if kind == "JSON":
         return _json_encoder()
-    return _avro_encoder(schema.avro)
+    return _avro_encoder(json.loads(schema.definition))
 
 
 def _raw(value: Any) -> bytes:
