@@ -34,7 +34,7 @@ from magnetar.spark_connector._passthrough import reader_kwargs
 from magnetar.spark_connector._topic_schema import NO_SCHEMA, TopicSchema
 from magnetar.spark_connector.exceptions import PulsarReadError
 
-__all__ = ["RangePartition", "ReadSettings", "read_range", "resolved_end"]
+__all__ = ["Chunk", "RangePartition", "ReadSettings", "read_range", "resolved_end"]
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +80,16 @@ def resolved_end(client: pulsar.Client, part: RangePartition) -> Position:
     return last_position(client, part.topic) if part.end is None else part.end
 
 
+Chunk = list[tuple[Any, Any]]
+"""``(message, message_id)`` pairs, in order."""
+
+
 def read_range(
-    client: pulsar.Client, part: RangePartition, settings: ReadSettings
-) -> Generator[tuple[Any, Any], None, None]:
-    """``(message, message_id)`` of each message of ``part`` in order, once, filtered by
-    publish time if asked (the client's raw message and id objects).
+    client: pulsar.Client, part: RangePartition, settings: ReadSettings, chunk_rows: int = 8192
+) -> Generator[Chunk, None, None]:
+    """The messages of ``part`` in order, once each, filtered by publish time if asked (the
+    client's raw message and id objects), in chunks of up to ``chunk_rows``: handing over a
+    chunk rather than each message keeps the per-message loop tight.
 
     When the range cannot be read to its end (the broker has fewer messages, or sends
     nothing for ``pollTimeoutMs``) this raises :class:`PulsarReadError` if
@@ -103,6 +108,8 @@ def read_range(
     stall_ms = min(settings.poll_timeout_ms, _STALL_MS)
     waited_ms = 0
     last = part.start
+    chunk: Chunk = []
+    add = chunk.append
     reader = _open_reader(client, part.topic, last, settings)
     read_next = _raw(reader).read_next
     try:
@@ -113,7 +120,7 @@ def read_range(
                 waited_ms += stall_ms
                 if waited_ms >= settings.poll_timeout_ms:
                     _lost(part, end, last, settings)
-                    return
+                    break
                 # pulsar-lite drops a reader's connection now and then (it fails on some
                 # acknowledgements of batched messages), and a reader that reconnects inside
                 # a batch may never be sent the rest: go on with a fresh one.
@@ -124,14 +131,20 @@ def read_range(
             message_id = message.message_id()
             position = (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
             if position > end:
-                return
+                break
             if position > last:  # else a redelivery, which is no progress
                 last = position
                 waited_ms = 0
                 if not timed or since <= message.publish_timestamp() < until:
-                    yield message, message_id
+                    add((message, message_id))
+                    if len(chunk) >= chunk_rows:
+                        yield chunk
+                        chunk = []
+                        add = chunk.append
             if open_end and position[:2] == end_entry and _closes_entry(message_id, reader):
-                return
+                break
+        if chunk:
+            yield chunk
     finally:
         reader.close()
 

@@ -189,20 +189,25 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> tuple[_Spent, Position]:
         """Messages after ``start`` up to ``end`` within ``limit``, and the position after
         them (``end`` when the range holds less)."""
-        messages = read_range(
-            self._driver_client(), RangePartition(partition, start, end), self._settings
+        chunks = read_range(
+            self._driver_client(), RangePartition(partition, start, end), self._settings, 256
         )
         spent, position = _Spent(), start
         try:
-            for message, message_id in messages:
-                spent.rows += 1
-                spent.bytes += message.length()
-                position = (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
-                if limit.reached(spent):
-                    spent.full = True
-                    return spent, position
+            for chunk in chunks:
+                for message, message_id in chunk:
+                    spent.rows += 1
+                    spent.bytes += message.length()
+                    position = (
+                        message_id.ledger_id(),
+                        message_id.entry_id(),
+                        message_id.batch_index(),
+                    )
+                    if limit.reached(spent):
+                        spent.full = True
+                        return spent, position
         finally:
-            messages.close()
+            chunks.close()
         # Read to its end: the end, past any messages the time filter skipped.
         return spent, end
 
