@@ -1,13 +1,14 @@
 """Spark batch reads: throughput against one plain pulsar-client reader, and the first-read cost.
 
 Throughput: ``spark.read.format("pulsar") ... .count()`` against a single plain pulsar-client
-reader loop, in the same run, over the same topics. The messages (100 bytes each) are spread
-evenly over 1, 2 and 4 topics. The plain loop reads the topics one after the other with one
-reader each, skipping the duplicates pulsar-lite's readers deliver (the rule the connector
-uses too), and touches every payload. Spark runs on ``--master`` (``local[*]`` by default)
-after a warm-up read of as many topics, so the figures exclude starting the session and its
-Python workers. Each side runs ``--repeat`` times, alternating; the JSON holds every time and
-the medians.
+reader loop, in the same run, over the same topics; with the CPU each side's processes used per
+message (the broker's left out), steadier than rates on a shared machine. The messages (100
+bytes each) are spread evenly over 1, 2 and 4 topics. The plain loop reads the topics one after
+the other with one reader each, skipping the duplicates pulsar-lite's readers deliver (the rule
+the connector uses too), and touches every payload. Spark runs on ``--master`` (``local[*]`` by
+default) after a warm-up read of as many topics, so the figures exclude starting the session
+and its Python workers. Each side runs ``--repeat`` times, alternating; the JSON holds every
+time and the medians.
 
 First read: a fresh session (its own process) times its first and second ``load()`` +
 ``count()`` of a one-message topic, and the same for a Python data source that yields one
@@ -44,6 +45,29 @@ from magnetar.broker import EmbeddedBroker
 from magnetar.spark_connector import spark_session
 
 _SESSION_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree_cpu_s(exclude: int | None) -> float:
+    """CPU seconds used so far by this process and its descendants (the JVM and Spark's
+    Python workers), the broker left out: on a machine shared with other work, CPU per
+    message is steadier than wall time. Linux only (0 elsewhere)."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS)
+    mine = {os.getpid()}
+    grew = True
+    while grew:
+        more = {pid for pid, (parent, _) in stats.items() if parent in mine} - mine
+        mine |= more
+        grew = bool(more)
+    mine.discard(exclude or -1)
+    return sum(stats[pid][1] for pid in mine if pid in stats)
 
 
 def plain_loop(client: pulsar.Client, topics: list[str], per_topic: int) -> float:
@@ -85,7 +109,13 @@ def spark_count(spark: SparkSession, url: str, topics: list[str], expected: int)
 
 
 def measure(
-    spark: SparkSession, client: pulsar.Client, url: str, messages: int, topics: int, repeat: int
+    spark: SparkSession,
+    client: pulsar.Client,
+    url: str,
+    messages: int,
+    topics: int,
+    repeat: int,
+    broker_pid: int | None,
 ) -> dict[str, Any]:
     per_topic = messages // topics
     names = [f"bench-spark-{uuid.uuid4().hex[:8]}-{i}" for i in range(topics)]
@@ -93,16 +123,20 @@ def measure(
         fill(client, name, per_topic)
     total = per_topic * topics
     times: dict[str, list[float]] = {"plain": [], "spark": []}
+    cpu_us: dict[str, list[float]] = {"plain": [], "spark": []}
     for round_ in range(repeat):
         order = ["plain", "spark"] if round_ % 2 == 0 else ["spark", "plain"]
         for side in order:
+            cpu_before = _tree_cpu_s(broker_pid)
             if side == "plain":
                 seconds = plain_loop(client, names, per_topic)
             else:
                 seconds = spark_count(spark, url, names, total)
             times[side].append(seconds)
+            cpu_us[side].append((_tree_cpu_s(broker_pid) - cpu_before) / total * 1e6)
             print(
-                f"  {topics} topic(s) {side:<6} {total / seconds:>12,.0f} msg/s",
+                f"  {topics} topic(s) {side:<6} {total / seconds:>12,.0f} msg/s "
+                f"{cpu_us[side][-1]:>6.1f} us CPU/msg",
                 file=sys.stderr,
                 flush=True,
             )
@@ -119,6 +153,10 @@ def measure(
         "plain_mb_per_s": megabytes / statistics.median(times["plain"]),
         "spark_mb_per_s": megabytes / statistics.median(times["spark"]),
         "ratio": fast / plain,
+        "plain_cpu_us_per_msg": cpu_us["plain"],
+        "spark_cpu_us_per_msg": cpu_us["spark"],
+        "plain_cpu_us_per_msg_median": statistics.median(cpu_us["plain"]),
+        "spark_cpu_us_per_msg_median": statistics.median(cpu_us["spark"]),
     }
 
 
@@ -266,7 +304,15 @@ def main() -> None:
                 fill(client, name, 10_000)
             spark_count(spark, url, warm_up, 10_000 * len(warm_up))
             results["runs"] = [
-                measure(spark, client, url, args.messages, topics, args.repeat)
+                measure(
+                    spark,
+                    client,
+                    url,
+                    args.messages,
+                    topics,
+                    args.repeat,
+                    broker.pid if broker is not None else None,
+                )
                 for topics in topic_counts
             ]
         output = Path(args.output)
@@ -297,13 +343,15 @@ def _print(results: dict[str, Any]) -> None:
     if results.get("runs"):
         print(
             f"\n{'topics':>6} {'plain msg/s':>12} {'plain MB/s':>11} "
-            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6}"
+            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6} {'CPU us/msg plain/spark':>23}"
         )
         for run in results["runs"]:
             print(
                 f"{run['topics']:>6} {run['plain_msgs_per_s']:>12,.0f} "
                 f"{run['plain_mb_per_s']:>11.1f} {run['spark_msgs_per_s']:>12,.0f} "
-                f"{run['spark_mb_per_s']:>11.1f} {run['ratio']:>6.2f}"
+                f"{run['spark_mb_per_s']:>11.1f} {run['ratio']:>6.2f} "
+                f"{run['plain_cpu_us_per_msg_median']:>11.1f} / "
+                f"{run['spark_cpu_us_per_msg_median']:<9.1f}"
             )
 
 
