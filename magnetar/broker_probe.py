@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from magnetar.broker import BrokerError
 
-__all__ = ["broker_addresses", "broker_version", "check_broker"]
+__all__ = ["broker_addresses", "broker_version", "check_broker", "protobuf_fields"]
 
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 
@@ -140,16 +140,17 @@ def broker_version(broker_url: str, timeout: float = 5.0) -> str | None:
 
 def _server_version(command: bytes) -> str | None:
     """``connected.server_version`` of a BaseCommand (type CONNECTED = 3, field 3)."""
-    fields = dict(_fields(command))
+    fields = dict(protobuf_fields(command))
     connected = fields.get(3)
     if fields.get(1) != 3 or not isinstance(connected, bytes):
         return None
-    version = dict(_fields(connected)).get(1)
+    version = dict(protobuf_fields(connected)).get(1)
     return version.decode(errors="replace") if isinstance(version, bytes) else None
 
 
-def _fields(message: bytes) -> list[tuple[int, int | bytes]]:
-    """The (field number, value) pairs of a protobuf message: varints and byte strings."""
+def protobuf_fields(message: bytes) -> list[tuple[int, int | bytes]]:
+    """The (field number, value) pairs of a protobuf message: varints and byte strings, up to
+    the first fixed-width field (none in the Pulsar commands and ids read here)."""
     found: list[tuple[int, int | bytes]] = []
     index = 0
     while index < len(message):

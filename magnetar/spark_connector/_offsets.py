@@ -22,6 +22,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.broker_probe import protobuf_fields
 from magnetar.spark_connector.exceptions import InvalidOptionError
 from magnetar.topics import base_topic, full_topic_name
 
@@ -61,32 +62,10 @@ def batch_size(serialized_id: bytes) -> int:
     The Python client exposes a message's batch index but not its batch's size, which tells
     whether a message ends its entry.
     """
-    index = 0
-    while index < len(serialized_id):
-        key, index = _varint(serialized_id, index)
-        field_number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, index = _varint(serialized_id, index)
-            if field_number == 6:
-                return value
-        elif wire_type == 2:
-            length, index = _varint(serialized_id, index)
-            index += length
-        else:
-            return 0  # MessageIdData has no fixed-width fields
+    for number, value in protobuf_fields(serialized_id):
+        if number == 6 and isinstance(value, int):
+            return value
     return 0
-
-
-def _varint(data: bytes, index: int) -> tuple[int, int]:
-    value = shift = 0
-    while index < len(data):
-        byte = data[index]
-        index += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return value, index
 
 
 def inclusive_start_position(message_id: Any) -> Position:
