@@ -1,15 +1,23 @@
-"""Spark batch read throughput: ``spark.read.format("pulsar") ... .count()`` vs a single plain
-pulsar-client reader loop, in the same run, over the same topics.
+"""Spark batch reads: throughput against one plain pulsar-client reader, and the first-read cost.
 
-The messages (100 bytes each) are spread evenly over 1, 2 and 4 topics. The plain loop
-reads the topics one after the other with one reader each, skipping the duplicates
-pulsar-lite's readers deliver (the rule the connector uses too), and touches every payload.
-Spark runs on ``--master`` (``local[*]`` by default) after a warm-up read of as many topics,
-so the figures exclude starting the session and its Python workers. Each side runs
-``--repeat`` times, alternating; the JSON holds every time and the medians.
+Throughput: ``spark.read.format("pulsar") ... .count()`` against a single plain pulsar-client
+reader loop, in the same run, over the same topics; with the CPU each side's processes used per
+message (the broker's left out), steadier than rates on a shared machine. The messages (100
+bytes each) are spread evenly over 1, 2 and 4 topics. The plain loop reads the topics one after
+the other with one reader each, skipping the duplicates pulsar-lite's readers deliver (the rule
+the connector uses too), and touches every payload. Spark runs on ``--master`` (``local[*]`` by
+default) after a warm-up read of as many topics, so the figures exclude starting the session
+and its Python workers. Each side runs ``--repeat`` times, alternating; the JSON holds every
+time and the medians.
+
+First read: a fresh session (its own process) times its first and second ``load()`` +
+``count()`` of a one-message topic, and the same for a Python data source that yields one
+row and does nothing else (the baseline: what any Python data source pays for Spark's Python
+workers to start). The difference of the first reads is what the ``pulsar`` data source
+itself adds. ``--first-reads`` sessions of each, alternating.
 
     python bench/spark_read_throughput.py [--messages 1000000] [--topics 1,2,4]
-        [--repeat 1] [--broker-url URL] [--master local[*]]
+        [--repeat 1] [--first-reads 3] [--broker-url URL] [--master local[*]]
 """
 
 from __future__ import annotations
@@ -19,19 +27,47 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pulsar
 from _throughput import PAYLOAD, ROOT, fill
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.spark_connector import spark_session
+
+_SESSION_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree_cpu_s(exclude: int | None) -> float:
+    """CPU seconds used so far by this process and its descendants (the JVM and Spark's
+    Python workers), the broker left out: on a machine shared with other work, CPU per
+    message is steadier than wall time. Linux only (0 elsewhere)."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS)
+    mine = {os.getpid()}
+    grew = True
+    while grew:
+        more = {pid for pid, (parent, _) in stats.items() if parent in mine} - mine
+        mine |= more
+        grew = bool(more)
+    mine.discard(exclude or -1)
+    return sum(stats[pid][1] for pid in mine if pid in stats)
 
 
 def plain_loop(client: pulsar.Client, topics: list[str], per_topic: int) -> float:
@@ -73,7 +109,13 @@ def spark_count(spark: SparkSession, url: str, topics: list[str], expected: int)
 
 
 def measure(
-    spark: SparkSession, client: pulsar.Client, url: str, messages: int, topics: int, repeat: int
+    spark: SparkSession,
+    client: pulsar.Client,
+    url: str,
+    messages: int,
+    topics: int,
+    repeat: int,
+    broker_pid: int | None,
 ) -> dict[str, Any]:
     per_topic = messages // topics
     names = [f"bench-spark-{uuid.uuid4().hex[:8]}-{i}" for i in range(topics)]
@@ -81,16 +123,20 @@ def measure(
         fill(client, name, per_topic)
     total = per_topic * topics
     times: dict[str, list[float]] = {"plain": [], "spark": []}
+    cpu_us: dict[str, list[float]] = {"plain": [], "spark": []}
     for round_ in range(repeat):
         order = ["plain", "spark"] if round_ % 2 == 0 else ["spark", "plain"]
         for side in order:
+            cpu_before = _tree_cpu_s(broker_pid)
             if side == "plain":
                 seconds = plain_loop(client, names, per_topic)
             else:
                 seconds = spark_count(spark, url, names, total)
             times[side].append(seconds)
+            cpu_us[side].append((_tree_cpu_s(broker_pid) - cpu_before) / total * 1e6)
             print(
-                f"  {topics} topic(s) {side:<6} {total / seconds:>12,.0f} msg/s",
+                f"  {topics} topic(s) {side:<6} {total / seconds:>12,.0f} msg/s "
+                f"{cpu_us[side][-1]:>6.1f} us CPU/msg",
                 file=sys.stderr,
                 flush=True,
             )
@@ -107,6 +153,98 @@ def measure(
         "plain_mb_per_s": megabytes / statistics.median(times["plain"]),
         "spark_mb_per_s": megabytes / statistics.median(times["spark"]),
         "ratio": fast / plain,
+        "plain_cpu_us_per_msg": cpu_us["plain"],
+        "spark_cpu_us_per_msg": cpu_us["spark"],
+        "plain_cpu_us_per_msg_median": statistics.median(cpu_us["plain"]),
+        "spark_cpu_us_per_msg_median": statistics.median(cpu_us["spark"]),
+    }
+
+
+# --- the first read of a fresh session ----------------------------------------------------
+
+
+class _OneRow(DataSource):
+    """The baseline: a Python data source that yields one row and does nothing else."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "one_row"
+
+    def schema(self) -> str:
+        return "value binary"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _OneRowReader()
+
+
+class _OneRowReader(DataSourceReader):
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[bytes]]:
+        yield (b"x",)
+
+
+def first_read_session(source: str, url: str, topic: str, master: str) -> dict[str, float]:
+    """In this (fresh) process: seconds to start a session, then for its first and second
+    ``load()`` + ``count()`` of one row from ``source`` ("pulsar" or "baseline")."""
+    started = time.perf_counter()
+    spark = spark_session(master, f"magnetar-bench-first-read-{source}", _SESSION_CONF)
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(_OneRow)
+    timings = {"session_s": time.perf_counter() - started}
+    for attempt in ("first_read_s", "second_read_s"):
+        started = time.perf_counter()
+        if source == "pulsar":
+            frame = spark.read.format("pulsar").option("service.url", url).option("topic", topic)
+        else:
+            frame = spark.read.format("one_row")
+        assert frame.load().count() == 1
+        timings[attempt] = time.perf_counter() - started
+    spark.stop()
+    return timings
+
+
+def measure_first_reads(url: str, client: pulsar.Client, sessions: int, master: str) -> Any:
+    topic = f"bench-spark-first-{uuid.uuid4().hex[:8]}"
+    client.create_producer(topic).send(PAYLOAD)
+    runs: dict[str, list[dict[str, float]]] = {"pulsar": [], "baseline": []}
+    for round_ in range(sessions):
+        for source in ("pulsar", "baseline") if round_ % 2 == 0 else ("baseline", "pulsar"):
+            output = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--first-read-session",
+                    source,
+                    "--broker-url",
+                    url,
+                    "--topic",
+                    topic,
+                    "--master",
+                    master,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            ).stdout
+            timings = json.loads(output.strip().splitlines()[-1])
+            runs[source].append(timings)
+            print(f"  first read {source:<8} {timings}", file=sys.stderr, flush=True)
+
+    def median(source: str, key: str) -> float:
+        return statistics.median(run[key] for run in runs[source])
+
+    return {
+        "sessions": sessions,
+        "runs": runs,
+        "pulsar_first_read_s": median("pulsar", "first_read_s"),
+        "baseline_first_read_s": median("baseline", "first_read_s"),
+        "pulsar_second_read_s": median("pulsar", "second_read_s"),
+        "baseline_second_read_s": median("baseline", "second_read_s"),
+        "data_source_first_read_cost_s": median("pulsar", "first_read_s")
+        - median("baseline", "first_read_s"),
     }
 
 
@@ -115,13 +253,25 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--topics", default="1,2,4", help="comma-separated topic counts")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--first-reads", type=int, default=3, help="fresh sessions of each")
     parser.add_argument("--broker-url")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument(
         "--output", default=str(ROOT / "bench" / "results" / "spark_read_throughput.json")
     )
+    parser.add_argument("--first-read-session", choices=("pulsar", "baseline"), help="internal")
+    parser.add_argument("--topic", help="internal: the one-message topic of a first read")
     args = parser.parse_args()
-    topic_counts = [int(n) for n in args.topics.split(",")]
+    if args.first_read_session:
+        print(
+            json.dumps(
+                first_read_session(
+                    args.first_read_session, args.broker_url, args.topic, args.master
+                )
+            )
+        )
+        return
+    topic_counts = [int(n) for n in args.topics.split(",") if n]
 
     data_dir = tempfile.mkdtemp(prefix="magnetar-bench-")
     broker = None
@@ -133,44 +283,42 @@ def main() -> None:
             broker = EmbeddedBroker(data_dir).start()
             url = broker.service_url
         client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-        spark = spark_session(
-            args.master,
-            "magnetar-bench-spark-read",
-            {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        # As many topics as the widest run, so every Python worker has started.
-        warm_up = [
-            f"bench-spark-warm-up-{uuid.uuid4().hex[:8]}-{i}" for i in range(max(topic_counts))
-        ]
-        for name in warm_up:
-            fill(client, name, 10_000)
-        spark_count(spark, url, warm_up, 10_000 * len(warm_up))
-
         results: dict[str, Any] = {
             "messages": args.messages,
             "payload_bytes": len(PAYLOAD),
             "repeat": args.repeat,
             "master": args.master,
             "cpus": os.cpu_count(),
-            "runs": [
-                measure(spark, client, url, args.messages, topics, args.repeat)
-                for topics in topic_counts
-            ],
+            "load_average": os.getloadavg(),
         }
+        if args.first_reads:
+            results["first_read"] = measure_first_reads(url, client, args.first_reads, args.master)
+        if topic_counts:
+            spark = spark_session(args.master, "magnetar-bench-spark-read", _SESSION_CONF)
+            spark.sparkContext.setLogLevel("ERROR")
+            # As many topics as the widest run, so every Python worker has started.
+            warm_up = [
+                f"bench-spark-warm-up-{uuid.uuid4().hex[:8]}-{i}" for i in range(max(topic_counts))
+            ]
+            for name in warm_up:
+                fill(client, name, 10_000)
+            spark_count(spark, url, warm_up, 10_000 * len(warm_up))
+            results["runs"] = [
+                measure(
+                    spark,
+                    client,
+                    url,
+                    args.messages,
+                    topics,
+                    args.repeat,
+                    broker.pid if broker is not None else None,
+                )
+                for topics in topic_counts
+            ]
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(results, indent=2))
-        print(
-            f"\n{'topics':>6} {'plain msg/s':>12} {'plain MB/s':>11} "
-            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6}"
-        )
-        for run in results["runs"]:
-            print(
-                f"{run['topics']:>6} {run['plain_msgs_per_s']:>12,.0f} "
-                f"{run['plain_mb_per_s']:>11.1f} {run['spark_msgs_per_s']:>12,.0f} "
-                f"{run['spark_mb_per_s']:>11.1f} {run['ratio']:>6.2f}"
-            )
+        _print(results)
         print(f"\nwritten to {output}")
     finally:
         if spark is not None:
@@ -180,6 +328,31 @@ def main() -> None:
         if broker is not None:
             broker.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _print(results: dict[str, Any]) -> None:
+    first = results.get("first_read")
+    if first:
+        print(
+            f"\nfirst read of a fresh session (median of {first['sessions']}): pulsar "
+            f"{first['pulsar_first_read_s']:.2f} s, a do-nothing Python data source "
+            f"{first['baseline_first_read_s']:.2f} s: the pulsar data source adds "
+            f"{first['data_source_first_read_cost_s']:+.2f} s; second reads "
+            f"{first['pulsar_second_read_s']:.2f} s / {first['baseline_second_read_s']:.2f} s"
+        )
+    if results.get("runs"):
+        print(
+            f"\n{'topics':>6} {'plain msg/s':>12} {'plain MB/s':>11} "
+            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6} {'CPU us/msg plain/spark':>23}"
+        )
+        for run in results["runs"]:
+            print(
+                f"{run['topics']:>6} {run['plain_msgs_per_s']:>12,.0f} "
+                f"{run['plain_mb_per_s']:>11.1f} {run['spark_msgs_per_s']:>12,.0f} "
+                f"{run['spark_mb_per_s']:>11.1f} {run['ratio']:>6.2f} "
+                f"{run['plain_cpu_us_per_msg_median']:>11.1f} / "
+                f"{run['spark_cpu_us_per_msg_median']:<9.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from magnetar.broker import BrokerError
 
-__all__ = ["broker_addresses", "check_broker"]
+__all__ = ["broker_addresses", "broker_version", "check_broker", "protobuf_fields"]
 
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 
@@ -109,3 +109,72 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
             break
         data += chunk
     return data
+
+
+def broker_version(broker_url: str, timeout: float = 5.0) -> str | None:
+    """The ``server_version`` a ``pulsar://`` broker reports in its CONNECTED answer (e.g.
+    ``Pulsar-Lite-0.1.0``); None when it cannot be asked without the client (TLS), asks for
+    authentication, or answers otherwise. ``BrokerError`` when no host of the URL answers."""
+    if not broker_url.lower().startswith("pulsar://"):
+        return None
+    failures: list[str] = []
+    for host, port in broker_addresses(broker_url):
+        try:
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                sock.sendall(_CONNECT_FRAME)
+                header = _recv_exactly(sock, 8)
+                if len(header) < 8:
+                    return None
+                total, _size = struct.unpack(">II", header)
+                if not 4 < total <= _MAX_FRAME:
+                    return None
+                return _server_version(_recv_exactly(sock, total - 4))
+        except TimeoutError:
+            failures.append(f"{host}:{port}: no answer within {timeout:g} s")
+        except OSError as error:
+            failures.append(f"{host}:{port}: {error.strerror or error}")
+    raise BrokerError(
+        f"cannot reach the Pulsar broker at {broker_url} ({'; '.join(failures)}); is it running?"
+    )
+
+
+def _server_version(command: bytes) -> str | None:
+    """``connected.server_version`` of a BaseCommand (type CONNECTED = 3, field 3)."""
+    fields = dict(protobuf_fields(command))
+    connected = fields.get(3)
+    if fields.get(1) != 3 or not isinstance(connected, bytes):
+        return None
+    version = dict(protobuf_fields(connected)).get(1)
+    return version.decode(errors="replace") if isinstance(version, bytes) else None
+
+
+def protobuf_fields(message: bytes) -> list[tuple[int, int | bytes]]:
+    """The (field number, value) pairs of a protobuf message: varints and byte strings, up to
+    the first fixed-width field (none in the Pulsar commands and ids read here)."""
+    found: list[tuple[int, int | bytes]] = []
+    index = 0
+    while index < len(message):
+        key, index = _varint(message, index)
+        wire_type = key & 7
+        if wire_type == 0:
+            value, index = _varint(message, index)
+            found.append((key >> 3, value))
+        elif wire_type == 2:
+            length, index = _varint(message, index)
+            found.append((key >> 3, message[index : index + length]))
+            index += length
+        else:
+            break  # fixed-width fields: none in what is read here
+    return found
+
+
+def _varint(data: bytes, index: int) -> tuple[int, int]:
+    value = shift = 0
+    while index < len(data):
+        byte = data[index]
+        index += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    return value, index

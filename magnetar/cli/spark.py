@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import click
 
@@ -143,7 +145,11 @@ def read(
 
 
 @spark.command()
-@click.option("--fqfn", help="tenant/namespace/name of a registered function (needs a worker).")
+@click.option(
+    "--fqfn",
+    help="tenant/namespace/name of a registered function: its stored code and config, "
+    "from the worker at --admin-url.",
+)
 @click.option("--py", type=click.Path(dir_okay=False), help="The function's .py file or .zip.")
 @click.option("--classname", "class_name", help="module.ClassName or module.function.")
 @click.option("--tenant", default="public", show_default=True)
@@ -197,31 +203,67 @@ def replay(
     processing raises are counted and reported, and the replay goes on. State is not
     available to a replayed function.
 
+    With --fqfn the function registered on the worker at --admin-url is replayed with
+    its stored code and config, over its own input topics unless --topic says otherwise.
+
     \b
-    Example:
+    Examples:
       magnetar --broker-url pulsar://localhost:6650 spark replay \\
           --py examples/exclamation.py --classname exclamation.ExclamationFunction \\
           --topic in --to-topic in-replayed
+      magnetar --broker-url pulsar://localhost:6650 --admin-url http://localhost:8080 \\
+          spark replay --fqfn public/default/excl --path /tmp/excl-replayed
     """
     obj: CliContext = ctx.obj
-    if fqfn:
-        raise click.UsageError(
-            f"--fqfn {fqfn} needs a Magnetar worker to look the function up in its registry, "
-            "and this build has none yet; pass the code with --py and --classname (and "
-            "--user-config) instead"
-        )
-    if not py:
-        raise click.UsageError("pass --py (and --classname) with the function's code")
-    if not topics:
-        raise click.UsageError("pass --topic: the input topic to replay (repeat for several)")
     if (to_topic is None) == (path is None):
         raise click.UsageError("pass exactly one of --to-topic and --path")
-    config = _function_config(tenant, namespace, name, py, class_name, topics, user_config)
-    if output_serde_classname:
-        config = config.model_copy(update={"output_serde_class_name": output_serde_classname})
-    options = _read_options(
-        _broker_url(obj), topics, starting_offsets, ending_offsets, starting_time, ending_time
-    )
+    with ExitStack() as cleanup:
+        if fqfn:
+            if py or class_name or user_config or name:
+                raise click.UsageError(
+                    "--fqfn replays the registered function's code and config: leave out "
+                    "--py, --classname, --name and --user-config"
+                )
+            work_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory()))
+            config = _registered_config(obj, fqfn, work_dir)
+            topics = topics or tuple(config.input_serdes())
+        else:
+            if not py:
+                raise click.UsageError(
+                    "pass --py (and --classname) with the function's code, or --fqfn"
+                )
+            if not topics:
+                raise click.UsageError(
+                    "pass --topic: the input topic to replay (repeat for several)"
+                )
+            config = _function_config(tenant, namespace, name, py, class_name, topics, user_config)
+        if output_serde_classname:
+            config = config.model_copy(update={"output_serde_class_name": output_serde_classname})
+        _run_replay(
+            obj,
+            config,
+            topics,
+            (starting_offsets, ending_offsets, starting_time, ending_time),
+            extra,
+            master,
+            to_topic,
+            path,
+            file_format,
+        )
+
+
+def _run_replay(
+    obj: CliContext,
+    config: FunctionConfig,
+    topics: Sequence[str],
+    bounds: tuple[str | None, str | None, int | None, int | None],
+    extra: Sequence[str],
+    master: str,
+    to_topic: str | None,
+    path: str | None,
+    file_format: str,
+) -> None:
+    options = _read_options(_broker_url(obj), topics, *bounds)
     options.update(_key_values(extra))
 
     def show_progress(progress: ReplayProgress) -> None:
@@ -247,6 +289,38 @@ def replay(
             progress=show_progress,
         )
     _print_report(obj, report, to_topic or path or "")
+
+
+def _registered_config(obj: CliContext, fqfn: str, work_dir: Path) -> FunctionConfig:
+    """The FunctionConfig of a registered function, its code package downloaded into
+    ``work_dir`` (Pulsar's ``GET .../functions/{t}/{ns}/{name}`` and ``.../download``)."""
+    from magnetar.cli.admin import admin_client, resolve_fqfn
+
+    fqfn = resolve_fqfn(None, None, None, fqfn)
+    admin = admin_client(obj)
+    try:
+        stored = admin.get_json(f"/admin/v3/functions/{fqfn}")
+        if stored.get("js") or str(stored.get("runtime", "")).upper() == "JAVASCRIPT":
+            raise click.UsageError(
+                f"{fqfn} is a JavaScript function; spark replay runs Python functions"
+            )
+        package = admin.request("GET", f"/admin/v3/functions/{fqfn}/download")
+    finally:
+        admin.close()
+    filename = _attachment_name(package.headers.get("content-disposition", ""))
+    code = work_dir / (filename or Path(str(stored.get("py") or "function.py")).name)
+    code.write_bytes(package.content)
+    try:
+        config = FunctionConfig.parse(stored)
+    except (InvalidFunctionConfigError, ValueError) as error:
+        raise click.ClickException(f"the stored config of {fqfn} is not usable: {error}") from None
+    return config.model_copy(update={"py": str(code)})
+
+
+def _attachment_name(disposition: str) -> str | None:
+    """The file name in a ``Content-Disposition`` header, without any directory."""
+    found = re.search(r"filename\*?=(?:UTF-8'')?\"?([^\";]+)", disposition)
+    return Path(unquote(found.group(1))).name if found else None
 
 
 def _broker_url(obj: CliContext) -> str:

@@ -1,55 +1,88 @@
-"""Batch reads: one Spark partition per topic partition, bounded on the driver."""
+"""Batch reads: one Spark partition per topic partition, planned on the driver.
+
+Explicit bounds are fixed when the query is planned. A "latest" end is looked up by each
+task when it runs: Spark plans a DataFrame's partitions once and reuses them for every
+action on it, and a re-evaluated DataFrame must see the messages that came since.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 
+import pulsar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from magnetar.spark_connector._client import last_position, open_client, topic_partitions
-from magnetar.spark_connector._offsets import BEFORE_EARLIEST, Position
-from magnetar.spark_connector._options import EARLIEST, Bound, SourceOptions
+from magnetar.spark_connector._catalog import admin_client, partitions_of, topics_of
+from magnetar.spark_connector._client import last_position, shared_client
+from magnetar.spark_connector._offsets import BEFORE_EARLIEST, ENTRY_END, Position
+from magnetar.spark_connector._options import EARLIEST, LATEST, Bound, SourceOptions, TimeBound
 from magnetar.spark_connector._ranges import RangePartition, ReadSettings, read_range
 from magnetar.spark_connector._schema import record_batches
+from magnetar.spark_connector._topic_schema import TopicSchema
+from magnetar.spark_connector._values import ValueDecoder
+from magnetar.spark_connector.exceptions import PulsarReadError
+from magnetar.topics import base_topic
 
-__all__ = ["PulsarBatchReader", "read_batches", "read_settings"]
+__all__ = ["PulsarBatchReader", "bound_for", "read_batches", "read_settings", "time_for"]
+
+log = logging.getLogger(__name__)
 
 
-def read_settings(options: SourceOptions) -> ReadSettings:
+def read_settings(options: SourceOptions, schema: TopicSchema) -> ReadSettings:
     """What executors need to know of the options."""
     return ReadSettings(
         service_url=options.service_url,
         client_conf=options.client_conf,
+        reader_conf=options.reader_conf,
         poll_timeout_ms=options.poll_timeout_ms,
         fail_on_data_loss=options.fail_on_data_loss,
-        starting_time=options.starting_time,
-        ending_time=options.ending_time,
-        receiver_queue_size=options.receiver_queue_size,
+        subscription_prefix=options.subscription_prefix,
+        schema=schema,
     )
 
 
 class PulsarBatchReader(DataSourceReader):
-    """``spark.read.format("pulsar")``: the messages between the starting and ending bounds,
-    as they are when the query is planned."""
+    """``spark.read.format("pulsar")``: the messages between the starting and ending bounds."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: TopicSchema) -> None:
         self._options = options
-        self._settings = read_settings(options)
+        self._settings = read_settings(options, schema)
 
     def partitions(self) -> Sequence[RangePartition]:
         options = self._options
-        client = open_client(options.service_url, options.client_conf)
-        try:
-            parts = []
-            for topic in options.topics:
-                for partition in topic_partitions(client, topic):
-                    start = _bound(options.starting, partition) or BEFORE_EARLIEST
-                    end = _bound(options.ending, partition) or last_position(client, partition)
-                    parts.append(RangePartition(partition, start, end))
-        finally:
-            client.close()
+        client = shared_client(options.service_url, options.client_conf)
+        topics = topics_of(options, admin_client(options))
+        parts = []
+        for partition in partitions_of(client, topics):
+            start = bound_for(options.starting, partition, EARLIEST)
+            end = bound_for(options.ending, partition, LATEST)
+            parts.append(
+                RangePartition(
+                    partition,
+                    BEFORE_EARLIEST if not isinstance(start, tuple) else start,
+                    self._checked_end(client, partition, end) if isinstance(end, tuple) else None,
+                    time_for(options.starting_time, partition),
+                    time_for(options.ending_time, partition),
+                )
+            )
         return parts
+
+    def _checked_end(self, client: pulsar.Client, partition: str, end: Position) -> Position:
+        """An end given as a message id must exist: past the last message there is nothing
+        to wait for (StreamNative would wait ``pollTimeoutMs`` and fail)."""
+        last = last_position(client, partition)
+        if end <= last or (end[2] == ENTRY_END and end[:2] <= last[:2]):
+            return end
+        text = (
+            f"endingOffsets for {partition} is {end[:2]}, after its last message "
+            f"{last if last != BEFORE_EARLIEST else '(none: the topic is empty)'}"
+        )
+        if self._options.fail_on_data_loss:
+            raise PulsarReadError(f"{text}; set failOnDataLoss=false to read what is there")
+        log.warning("%s; reading to the last message (failOnDataLoss=false)", text)
+        return last
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
@@ -57,19 +90,23 @@ class PulsarBatchReader(DataSourceReader):
 
 
 def read_batches(partition: RangePartition, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
-    """Read one range on an executor, with a client of its own."""
-    client = open_client(settings.service_url, settings.client_conf)
-    try:
-        yield from record_batches(read_range(client, partition, settings), partition.topic)
-    finally:
-        client.close()
+    """Read one range on an executor."""
+    client = shared_client(settings.service_url, settings.client_conf)
+    decoder = ValueDecoder(settings.schema)
+    yield from record_batches(read_range(client, partition, settings), partition.topic, decoder)
 
 
-def _bound(bound: Bound, partition: str) -> Position | None:
-    """A bound for one topic partition; None for the default (the earliest as a start,
-    the last message now as an end)."""
-    if bound == EARLIEST:
-        return BEFORE_EARLIEST
-    if isinstance(bound, dict):
-        return bound.get(partition)
-    return None
+def bound_for(bound: Bound, partition: str, default: str) -> Position | str:
+    """A bound for one topic partition: a position, or "earliest"/"latest" (``default`` for
+    a partition the JSON leaves out); a bound given for a partitioned topic applies to each
+    of its partitions."""
+    if not isinstance(bound, Mapping):
+        return bound
+    return bound.get(partition, bound.get(base_topic(partition), default))
+
+
+def time_for(time: TimeBound, partition: str) -> int | None:
+    """A publish-time bound for one topic partition."""
+    if isinstance(time, Mapping):
+        return time.get(partition, time.get(base_topic(partition)))
+    return time

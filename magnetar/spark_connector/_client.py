@@ -6,7 +6,9 @@ pickled), so every process builds its own client from them here.
 
 from __future__ import annotations
 
-import math
+import json
+import logging
+import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,39 +16,43 @@ from typing import Any
 
 import pulsar
 
+from magnetar.broker import BrokerError
+from magnetar.broker_probe import check_broker
 from magnetar.spark_connector._offsets import BEFORE_EARLIEST, Position, end_position
+from magnetar.spark_connector._passthrough import client_kwargs
 from magnetar.spark_connector.exceptions import InvalidOptionError, PulsarReadError
 
-__all__ = ["last_position", "open_client", "topic_partitions"]
+__all__ = ["last_position", "open_client", "shared_client", "topic_partitions"]
 
+_REACH_TIMEOUT_S = 5.0
 _EMPTY_PROBE_MS = 200
 """How long a topic must stay silent from its earliest message to count as empty."""
 
 
+class _HandledErrors(logging.Filter):
+    """Drops the client's log lines about errors the connector expects and handles:
+    pulsar-lite answers "last message of an empty topic" with an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Failed to getLastMessageId" not in record.getMessage()
+
+
+_CLIENT_LOG = logging.getLogger("magnetar.spark_connector.pulsar_client")
+_CLIENT_LOG.addFilter(_HandledErrors())
+if _CLIENT_LOG.level == logging.NOTSET:
+    _CLIENT_LOG.setLevel(logging.ERROR)
+
+
 def open_client(service_url: str, client_conf: Mapping[str, str]) -> pulsar.Client:
-    """A client for ``service_url`` configured by ``pulsar.client.*`` options (Java names)."""
-    kwargs: dict[str, Any] = {"logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)}
-    for name, value in client_conf.items():
-        if name == "operationTimeoutMs":
-            kwargs["operation_timeout_seconds"] = max(1, math.ceil(_int(name, value) / 1000))
-        elif name == "connectionTimeoutMs":
-            kwargs["connection_timeout_ms"] = _int(name, value)
-        elif name == "ioThreads":
-            kwargs["io_threads"] = _int(name, value)
-        elif name == "useTls":
-            kwargs["use_tls"] = _flag(name, value)
-        elif name == "tlsAllowInsecureConnection":
-            kwargs["tls_allow_insecure_connection"] = _flag(name, value)
-        elif name == "tlsHostnameVerificationEnable":
-            kwargs["tls_validate_hostname"] = _flag(name, value)
-        elif name == "tlsTrustCertsFilePath":
-            kwargs["tls_trust_certs_file_path"] = value
-        elif name == "listenerName":
-            kwargs["listener_name"] = value
+    """A client for ``service_url`` configured by checked ``pulsar.client.*`` options (Java
+    names, see :mod:`._passthrough`)."""
+    kwargs: dict[str, Any] = {"logger": _CLIENT_LOG}
+    kwargs.update(client_kwargs(client_conf))
     plugin = client_conf.get("authPluginClassName")
+    params = client_conf.get("authParams") or client_conf.get("authParamMap", "")
     if plugin:
-        kwargs["authentication"] = _authentication(plugin, client_conf.get("authParams", ""))
-    elif "authParams" in client_conf:
+        kwargs["authentication"] = _authentication(plugin, params)
+    elif params:
         raise InvalidOptionError(
             "pulsar.client.authParams is set but pulsar.client.authPluginClassName is not"
         )
@@ -58,9 +64,38 @@ def open_client(service_url: str, client_conf: Mapping[str, str]) -> pulsar.Clie
         ) from None
 
 
+_SHARED: dict[tuple[str, tuple[tuple[str, str], ...]], pulsar.Client] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(service_url: str, client_conf: Mapping[str, str]) -> pulsar.Client:
+    """One client per service URL and settings in this process, kept for its later tasks:
+    Spark reuses its Python workers, and connecting costs more than most small reads."""
+    key = (service_url, tuple(sorted(client_conf.items())))
+    with _SHARED_LOCK:
+        client = _SHARED.get(key)
+        if client is None:
+            _check_reachable(service_url)
+            client = _SHARED[key] = open_client(service_url, client_conf)
+        return client
+
+
+def _check_reachable(service_url: str) -> None:
+    """Fail at once, naming the URL, where the client would retry for its operation
+    timeout (30 s) before failing with "TimeOut"."""
+    try:
+        check_broker(service_url, _REACH_TIMEOUT_S)
+    except BrokerError as error:
+        raise PulsarReadError(str(error)) from None
+    except ValueError as error:
+        raise InvalidOptionError(f"service.url: {error}") from None
+
+
 def _authentication(plugin: str, params: str) -> Any:
     """The Python counterpart of a Java ``authPluginClassName``, or a C++ plugin library."""
     name = plugin.rsplit(".", 1)[-1]
+    if params.strip().startswith("{") and name != "AuthenticationOAuth2":
+        params = _from_map(name, params)
     if name == "AuthenticationToken":
         if params.startswith("file:"):
             return pulsar.AuthenticationToken(
@@ -88,19 +123,17 @@ def _authentication(plugin: str, params: str) -> Any:
     )
 
 
-def _int(name: str, value: str) -> int:
+def _from_map(name: str, params: str) -> str:
+    """``authParams`` given as a JSON map (``authParamMap``), in the string form."""
     try:
-        return int(value)
-    except ValueError:
-        raise InvalidOptionError(
-            f"pulsar.client.{name} must be an integer, got {value!r}"
-        ) from None
-
-
-def _flag(name: str, value: str) -> bool:
-    if value.lower() not in ("true", "false"):
-        raise InvalidOptionError(f"pulsar.client.{name} must be true or false, got {value!r}")
-    return value.lower() == "true"
+        fields = json.loads(params)
+    except json.JSONDecodeError:
+        raise InvalidOptionError(f"authParams for {name} is not valid JSON: {params!r}") from None
+    if name == "AuthenticationToken":
+        return str(fields.get("token", ""))
+    if name == "AuthenticationTls":
+        return ",".join(f"{key}:{value}" for key, value in fields.items())
+    return params
 
 
 def topic_partitions(client: pulsar.Client, topic: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
-from pyspark.sql.types import BinaryType, MapType
+from pyspark.sql.types import ArrayType, BinaryType, MapType, StructType
 
 from magnetar.spark_connector._schema import MESSAGE_ID
 from magnetar.spark_connector.exceptions import InvalidOptionError
@@ -19,7 +19,8 @@ def write_files(df: DataFrame, path: str, file_format: str = "parquet") -> None:
 
     Parquet keeps every column as it is. JSON and CSV are for reading by people and text
     tools: payloads and keys are written as UTF-8 text, ``__messageId`` as base64, and for
-    CSV, which has no maps, ``__messageProperties`` as a JSON object.
+    CSV, which has no nested values, maps, structs and arrays (``__messageProperties``, the
+    fields of a JSON or AVRO value) as JSON.
     """
     if file_format not in FILE_FORMATS:
         raise InvalidOptionError(
@@ -39,6 +40,6 @@ def _as_text(df: DataFrame, name: str, file_format: str) -> Column:
     if isinstance(data_type, BinaryType):
         text = sf.base64(column) if name == MESSAGE_ID else column.cast("string")
         return text.alias(name)
-    if isinstance(data_type, MapType) and file_format == "csv":
+    if isinstance(data_type, (MapType, StructType, ArrayType)) and file_format == "csv":
         return sf.to_json(column).alias(name)
     return column

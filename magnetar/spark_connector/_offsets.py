@@ -22,6 +22,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.broker_probe import protobuf_fields
 from magnetar.spark_connector.exceptions import InvalidOptionError
 from magnetar.topics import base_topic, full_topic_name
 
@@ -35,6 +36,7 @@ __all__ = [
     "end_position",
     "inclusive_start_position",
     "parse_offsets_json",
+    "parse_times_json",
     "position_of",
     "reader_start",
 ]
@@ -60,32 +62,10 @@ def batch_size(serialized_id: bytes) -> int:
     The Python client exposes a message's batch index but not its batch's size, which tells
     whether a message ends its entry.
     """
-    index = 0
-    while index < len(serialized_id):
-        key, index = _varint(serialized_id, index)
-        field_number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, index = _varint(serialized_id, index)
-            if field_number == 6:
-                return value
-        elif wire_type == 2:
-            length, index = _varint(serialized_id, index)
-            index += length
-        else:
-            return 0  # MessageIdData has no fixed-width fields
+    for number, value in protobuf_fields(serialized_id):
+        if number == 6 and isinstance(value, int):
+            return value
     return 0
-
-
-def _varint(data: bytes, index: int) -> tuple[int, int]:
-    value = shift = 0
-    while index < len(data):
-        byte = data[index]
-        index += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return value, index
 
 
 def inclusive_start_position(message_id: Any) -> Position:
@@ -137,38 +117,62 @@ def decode_offset(offset: Mapping[str, Any]) -> dict[str, Position]:
     return positions
 
 
-def parse_offsets_json(option: str, text: str, topics: Iterable[str]) -> dict[str, Any]:
+def parse_offsets_json(option: str, text: str, topics: Iterable[str] | None) -> dict[str, Any]:
     """``{"<topic>": [signed bytes of MessageId.serialize()]}`` -> topic -> ``MessageId``.
 
     Names may be short or full, of a topic or of one of its partitions
-    (``<topic>-partition-<n>``); each must belong to one of ``topics`` (full names).
+    (``<topic>-partition-<n>``); each must belong to one of ``topics`` (full names), unless
+    ``topics`` is None (a pattern chooses them).
     """
+    what = '{"<topic>": [message id bytes]}'
+    data = _json_object(option, text, what)
+    return {
+        topic: _message_id(option, topic, raw)
+        for topic, raw in _topic_keys(option, data, topics).items()
+    }
+
+
+def parse_times_json(option: str, text: str, topics: Iterable[str] | None) -> dict[str, int]:
+    """``{"<topic>": <publish time ms>}`` -> full topic (partition) name -> ms."""
+    data = _json_object(option, text, '{"<topic>": <publish time in ms>}')
+    times: dict[str, int] = {}
+    for topic, raw in _topic_keys(option, data, topics).items():
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise InvalidOptionError(
+                f"{option} for {topic} must be a publish time in milliseconds, got {raw!r}"
+            )
+        times[topic] = raw
+    return times
+
+
+def _json_object(option: str, text: str, what: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise InvalidOptionError(
             f"{option} is neither 'earliest', 'latest' nor valid JSON ({error.msg} at "
-            f'position {error.pos}); expected {{"<topic>": [message id bytes]}}'
+            f"position {error.pos}); expected {what}"
         ) from None
     if not isinstance(data, dict) or not data:
-        raise InvalidOptionError(
-            f'{option} JSON must be a non-empty object {{"<topic>": [message id bytes]}}, '
-            f"got {text!r}"
-        )
-    known = set(topics)
-    ids: dict[str, Any] = {}
+        raise InvalidOptionError(f"{option} JSON must be a non-empty object {what}, got {text!r}")
+    return data
+
+
+def _topic_keys(option: str, data: dict[str, Any], topics: Iterable[str] | None) -> dict[str, Any]:
+    known = None if topics is None else set(topics)
+    found: dict[str, Any] = {}
     for name, raw in data.items():
         try:
             topic = full_topic_name(name)
         except ValueError as error:
             raise InvalidOptionError(f"{option}: {error}") from None
-        if base_topic(topic) not in known:
+        if known is not None and base_topic(topic) not in known:
             raise InvalidOptionError(
                 f"{option} names {topic}, which is not read; topics read: "
                 f"{', '.join(sorted(known))}"
             )
-        ids[topic] = _message_id(option, topic, raw)
-    return ids
+        found[topic] = raw
+    return found
 
 
 def _message_id(option: str, topic: str, raw: Any) -> Any:

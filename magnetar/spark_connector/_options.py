@@ -1,12 +1,15 @@
 """The data source options: parsed once, checked, with errors that name the option.
 
-Names and meanings are those of the StreamNative pulsar-spark connector. Spark hands the
-options over with lower-cased keys, so every name here is matched case-insensitively.
+Names and meanings are those of the StreamNative pulsar-spark connector (its README and
+``PulsarProvider``). Spark hands the options over with lower-cased keys, so every name here
+is matched case-insensitively. Unlike StreamNative, an option nobody knows is an error (a
+typo would otherwise be silently ignored); every option StreamNative knows is accepted.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -16,8 +19,17 @@ from magnetar.spark_connector._offsets import (
     end_position,
     inclusive_start_position,
     parse_offsets_json,
+    parse_times_json,
 )
-from magnetar.spark_connector.exceptions import InvalidOptionError
+from magnetar.spark_connector._passthrough import (
+    ADMIN_PREFIX,
+    CLIENT_PREFIX,
+    PRODUCER_PREFIX,
+    READER_PREFIX,
+    check_module_options,
+)
+from magnetar.spark_connector._topic_schema import TopicSchema
+from magnetar.spark_connector.exceptions import InvalidOptionError, SchemaError
 from magnetar.topics import full_topic_name
 
 __all__ = [
@@ -26,41 +38,34 @@ __all__ = [
     "Bound",
     "SinkOptions",
     "SourceOptions",
+    "TimeBound",
     "check_read_options",
     "parse_sink_options",
     "parse_source_options",
 ]
 
-Mode = Literal["batch", "stream"]
+Mode = Literal["batch", "stream", "any"]
+"""The query a source is checked for; "any" checks what does not depend on it (at load)."""
 
 EARLIEST = "earliest"
 LATEST = "latest"
 
-Bound = str | dict[str, Position]
-"""``"earliest"``, ``"latest"``, or full topic name -> position: for a start, the position
-right before the given message; for an end, the given message's own."""
+Bound = str | dict[str, Position | str]
+"""``"earliest"``, ``"latest"``, or full topic (partition) name -> a position (for a start,
+right before the given message; for an end, the given message's own) or ``"earliest"`` /
+``"latest"`` (``MessageId.earliest`` / ``MessageId.latest`` in the JSON)."""
+
+TimeBound = int | dict[str, int] | None
+"""A publish time in ms for every topic, per topic (``{"<topic>": ms}``), or none."""
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 """How long a read waits for a message known to exist before it gives up (as StreamNative)."""
 DEFAULT_RECEIVER_QUEUE_SIZE = 1000
 
-_CLIENT_PREFIX = "pulsar.client."
-_READER_PREFIX = "pulsar.reader."
-_CLIENT_KEYS = {
-    "authpluginclassname": "authPluginClassName",
-    "authparams": "authParams",
-    "operationtimeoutms": "operationTimeoutMs",
-    "connectiontimeoutms": "connectionTimeoutMs",
-    "usetls": "useTls",
-    "tlstrustcertsfilepath": "tlsTrustCertsFilePath",
-    "tlsallowinsecureconnection": "tlsAllowInsecureConnection",
-    "tlshostnameverificationenable": "tlsHostnameVerificationEnable",
-    "listenername": "listenerName",
-    "iothreads": "ioThreads",
-}
-_READER_KEYS = {"receiverqueuesize": "receiverQueueSize"}
-_SOURCE_KEYS = {
-    "service.url",
+_SCHEMA_TYPE = "schema.type"
+_SCHEMA_DEFINITION = "schema.definition"
+_COMMON_KEYS = {"service.url", "admin.url", _SCHEMA_TYPE, _SCHEMA_DEFINITION}
+_SOURCE_KEYS = _COMMON_KEYS | {
     "topic",
     "topics",
     "topicspattern",
@@ -71,8 +76,13 @@ _SOURCE_KEYS = {
     "failondataloss",
     "polltimeoutms",
     "maxrecordspertrigger",
+    "maxbytespertrigger",
+    "predefinedsubscription",
+    "subscriptionprefix",
+    "waitingfornonexistedtopic",
+    "allowdifferenttopicschemas",
 }
-_SINK_KEYS = {"service.url", "topic"}
+_SINK_KEYS = _COMMON_KEYS | {"topic"}
 _SPARK_KEYS = {"checkpointlocation", "path"}
 """Options of the query itself that Spark also hands to the data source."""
 
@@ -84,25 +94,48 @@ class SourceOptions:
     service_url: str
     """``service.url``: the Pulsar service URL."""
     topics: tuple[str, ...]
-    """Full names of the topics given by ``topic`` or ``topics``, sorted."""
+    """Full names of the topics given by ``topic`` or ``topics``, sorted (none with
+    ``topicsPattern``)."""
     starting: Bound
     """``startingOffsets``; a message id given here is included."""
     ending: Bound
     """``endingOffsets`` (batch only); a message id given here is included."""
-    starting_time: int | None = None
+    topics_pattern: str | None = None
+    """``topicsPattern`` as a regular expression over full topic names (needs ``admin.url``)."""
+    starting_time: TimeBound = None
     """``startingTime``: only messages published at or after this time (ms)."""
-    ending_time: int | None = None
+    ending_time: TimeBound = None
     """``endingTime`` (batch only): only messages published before this time (ms)."""
-    fail_on_data_loss: bool = True
-    """``failOnDataLoss``: fail when a range cannot be read to its end (default true)."""
+    fail_on_data_loss: bool = False
+    """``failOnDataLoss``: fail when a range cannot be read to its end; StreamNative's
+    default is false (log a warning and go on)."""
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     """``pollTimeoutMs``: longest wait for a message known to exist."""
     max_records_per_trigger: int | None = None
     """``maxRecordsPerTrigger`` (streaming): most messages per micro-batch."""
+    max_bytes_per_trigger: int | None = None
+    """``maxBytesPerTrigger`` (streaming, with ``admin.url``): a soft limit of payload bytes
+    per micro-batch (at least one message)."""
+    admin_url: str | None = None
+    """``admin.url``: Pulsar's admin API, for topicsPattern and schemas."""
+    predefined_subscription: str | None = None
+    """``predefinedSubscription``: the subscription a streaming query keeps at its progress
+    (created if need be, never deleted)."""
+    subscription_prefix: str | None = None
+    """``subscriptionPrefix``: prefix of the subscriptions the connector creates."""
+    waiting_for_non_existed_topic: bool = False
+    """``waitingForNonExistedTopic``: wait for missing topics to be created (admin.url)."""
+    allow_different_topic_schemas: bool = False
+    """``allowDifferentTopicSchemas``: ignore schemas, ``value`` is bytes."""
+    schema: TopicSchema | None = None
+    """``schema.type`` / ``schema.definition``: the values' schema, for a broker that has
+    none (overrides the broker's)."""
     client_conf: dict[str, str] = field(default_factory=dict)
     """``pulsar.client.*`` settings, by their Java client names."""
-    receiver_queue_size: int = 1000
-    """``pulsar.reader.receiverQueueSize``: messages each reader prefetches."""
+    admin_conf: dict[str, str] = field(default_factory=dict)
+    """``pulsar.admin.*`` settings (the client's when none are given)."""
+    reader_conf: dict[str, str] = field(default_factory=dict)
+    """``pulsar.reader.*`` settings, by their Java names."""
 
 
 @dataclass(frozen=True)
@@ -113,64 +146,86 @@ class SinkOptions:
     """``service.url``: the Pulsar service URL."""
     topic: str | None
     """``topic``: the topic of every row; None means each row's ``__topic`` column."""
+    admin_url: str | None = None
+    """``admin.url``: where to look the topic's schema up."""
+    schema: TopicSchema | None = None
+    """``schema.type`` / ``schema.definition``: how to encode values."""
     client_conf: dict[str, str] = field(default_factory=dict)
     """``pulsar.client.*`` settings, by their Java client names."""
+    admin_conf: dict[str, str] = field(default_factory=dict)
+    """``pulsar.admin.*`` settings (the client's when none are given)."""
+    producer_conf: dict[str, str] = field(default_factory=dict)
+    """``pulsar.producer.*`` settings, by their Java client names."""
 
 
 def parse_source_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
-    """Check the options of ``spark.read`` (``mode="batch"``) or ``spark.readStream``."""
+    """Check the options of ``spark.read`` (``mode="batch"``) or ``spark.readStream``
+    (``"stream"``)."""
     opts = {key.lower(): value for key, value in options.items()}
-    client_conf = _pass_through(opts, _SOURCE_KEYS, reading=True)
-    if "topicspattern" in opts:
+    _check_keys(opts, _SOURCE_KEYS, (CLIENT_PREFIX, ADMIN_PREFIX, READER_PREFIX), "reading")
+    client_conf = check_module_options("client", opts)
+    admin_conf = check_module_options("admin", opts) or client_conf
+    reader_conf = check_module_options("reader", opts)
+    admin_url = _admin_url(opts)
+    topics, pattern = _topics(opts)
+    if pattern is not None and admin_url is None:
         raise InvalidOptionError(
-            "topicsPattern is not supported: the Python Pulsar client cannot list a "
-            "namespace's topics; name them in 'topics' (comma-separated) instead"
+            "topicsPattern needs admin.url: topics are listed through Pulsar's admin API (the "
+            "Python client cannot list a namespace's topics, and the embedded broker, "
+            "pulsar-lite, has no admin API at all); name the topics in 'topics' instead"
         )
-    topics = _topics(opts)
-    starting_time = _time(opts, "startingTime")
-    ending_time = _time(opts, "endingTime")
+    known = None if pattern is not None else topics
+    starting_time = _time(opts, "startingTime", known)
+    ending_time = _time(opts, "endingTime", known)
     if starting_time is not None and "startingoffsets" in opts:
         raise InvalidOptionError("set startingOffsets or startingTime, not both")
     if ending_time is not None and "endingoffsets" in opts:
         raise InvalidOptionError("set endingOffsets or endingTime, not both")
     default_start = EARLIEST if mode == "batch" or starting_time is not None else LATEST
-    starting = _bound(opts, "startingOffsets", topics, default_start)
+    starting = _bound(opts, "startingOffsets", known, default_start)
+    max_bytes = _positive_int(opts, "maxBytesPerTrigger")
     if mode == "batch":
-        ending = _bound(opts, "endingOffsets", topics, LATEST)
-        if starting == LATEST:
-            raise InvalidOptionError(
-                "startingOffsets='latest' is not allowed in a batch query: it would read "
-                "nothing; use 'earliest' or JSON message ids"
-            )
-        if ending == EARLIEST:
-            raise InvalidOptionError(
-                "endingOffsets='earliest' is not allowed in a batch query: it would read "
-                "nothing; use 'latest' or JSON message ids"
-            )
+        ending = _bound(opts, "endingOffsets", known, LATEST)
+        _check_batch_bounds(starting, ending)
         max_records = None  # a rate limit means nothing to one batch read
+    elif mode == "any":
+        ending, max_records = LATEST, None
     else:
         for option in ("endingOffsets", "endingTime"):
             if option.lower() in opts:
                 raise InvalidOptionError(
-                    f"{option} is not allowed in a streaming query, which reads until it is "
-                    "stopped; use Trigger.AvailableNow to stop at the messages there now"
+                    f"{option} is not allowed in a streaming query (ending offset not valid in "
+                    "streaming queries), which reads until it is stopped; use "
+                    "Trigger.AvailableNow to stop at the messages there now"
                 )
         ending = LATEST
         max_records = _positive_int(opts, "maxRecordsPerTrigger")
-    poll_timeout_ms = _positive_int(opts, "pollTimeoutMs")
-    receiver_queue_size = _positive_int(opts, _READER_PREFIX + "receiverQueueSize")
+        if max_bytes is not None and admin_url is None:
+            raise InvalidOptionError(
+                "admin.url must be specified if maxBytesPerTrigger is specified (as with "
+                "StreamNative's connector)"
+            )
     return SourceOptions(
         service_url=_service_url(opts),
         topics=topics,
+        topics_pattern=pattern,
         starting=starting,
         ending=ending,
         starting_time=starting_time,
         ending_time=ending_time,
-        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        poll_timeout_ms=poll_timeout_ms or DEFAULT_POLL_TIMEOUT_MS,
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", False),
+        poll_timeout_ms=_positive_int(opts, "pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
         max_records_per_trigger=max_records,
+        max_bytes_per_trigger=max_bytes if mode == "stream" else None,
+        admin_url=admin_url,
+        predefined_subscription=_name(opts, "predefinedSubscription"),
+        subscription_prefix=_name(opts, "subscriptionPrefix"),
+        waiting_for_non_existed_topic=_bool(opts, "waitingForNonExistedTopic", False),
+        allow_different_topic_schemas=_bool(opts, "allowDifferentTopicSchemas", False),
+        schema=_schema(opts),
         client_conf=client_conf,
-        receiver_queue_size=receiver_queue_size or DEFAULT_RECEIVER_QUEUE_SIZE,
+        admin_conf=admin_conf,
+        reader_conf=reader_conf,
     )
 
 
@@ -183,38 +238,34 @@ def check_read_options(options: Mapping[str, str], streaming: bool = False) -> N
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check the options of ``df.write`` / ``df.writeStream``."""
     opts = {key.lower(): value for key, value in options.items()}
-    client_conf = _pass_through(opts, _SINK_KEYS, reading=False)
-    topic = opts.get("topic")
+    for option in ("topics", "topicspattern"):
+        if option in opts:
+            raise InvalidOptionError(
+                "Currently, we only support specify single topic through option, use 'topic' "
+                f"to specify it (got {option}); or give the rows a __topic column"
+            )
+    _check_keys(opts, _SINK_KEYS, (CLIENT_PREFIX, ADMIN_PREFIX, PRODUCER_PREFIX), "writing")
+    client_conf = check_module_options("client", opts)
+    topic = opts.get("topic", "").strip()
     return SinkOptions(
         service_url=_service_url(opts),
         topic=_topic_name("topic", topic) if topic else None,
+        admin_url=_admin_url(opts),
+        schema=_schema(opts),
         client_conf=client_conf,
+        admin_conf=check_module_options("admin", opts) or client_conf,
+        producer_conf=check_module_options("producer", opts),
     )
 
 
-def _pass_through(opts: Mapping[str, str], known: set[str], reading: bool) -> dict[str, str]:
-    """The ``pulsar.client.*`` settings; anything unknown is rejected."""
-    client: dict[str, str] = {}
-    for key, value in opts.items():
-        if key.startswith(_CLIENT_PREFIX):
-            client[_known(key, _CLIENT_PREFIX, _CLIENT_KEYS)] = value
-        elif key.startswith(_READER_PREFIX) and reading:
-            _known(key, _READER_PREFIX, _READER_KEYS)
-        elif key not in known and key not in _SPARK_KEYS:
-            extra = [_CLIENT_PREFIX + "*"] + ([_READER_PREFIX + "*"] if reading else [])
-            raise InvalidOptionError(
-                f"unknown option {key!r}; accepted {'reading' if reading else 'writing'}: "
-                f"{', '.join(sorted(known) + extra)}"
-            )
-    return client
-
-
-def _known(key: str, prefix: str, names: Mapping[str, str]) -> str:
-    name = names.get(key[len(prefix) :])
-    if name is None:
-        accepted = ", ".join(prefix + n for n in sorted(names.values()))
-        raise InvalidOptionError(f"unknown option {key!r}; accepted: {accepted}")
-    return name
+def _check_keys(
+    opts: Mapping[str, str], known: set[str], prefixes: tuple[str, ...], what: str
+) -> None:
+    for key in opts:
+        if key in known or key in _SPARK_KEYS or key.startswith(prefixes):
+            continue
+        accepted = sorted(known) + [p + "*" for p in prefixes]
+        raise InvalidOptionError(f"unknown option {key!r}; accepted {what}: {', '.join(accepted)}")
 
 
 def _service_url(opts: Mapping[str, str]) -> str:
@@ -230,19 +281,54 @@ def _service_url(opts: Mapping[str, str]) -> str:
     return url
 
 
-def _topics(opts: Mapping[str, str]) -> tuple[str, ...]:
-    given = [key for key in ("topic", "topics") if key in opts]
-    if len(given) != 1:
-        what = "neither" if not given else "both"
+def _admin_url(opts: Mapping[str, str]) -> str | None:
+    url = opts.get("admin.url", "").strip()
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")):
         raise InvalidOptionError(
-            f"set exactly one of the options topic, topics (comma-separated); got {what}"
+            f"admin.url {url!r} is not the HTTP URL of Pulsar's admin API, e.g. "
+            "http://localhost:8080"
         )
-    names = [name.strip() for name in opts[given[0]].split(",")]
-    if given[0] == "topic" and len(names) > 1:
-        raise InvalidOptionError("option topic names one topic; use 'topics' for several")
-    if not all(names):
-        raise InvalidOptionError(f"option {given[0]} has an empty topic name: {opts[given[0]]!r}")
-    return tuple(sorted({_topic_name(given[0], name) for name in names}))
+    return url
+
+
+def _topics(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    given = [key for key in ("topic", "topics", "topicspattern") if key in opts]
+    if len(given) != 1:
+        what = "none" if not given else ", ".join(given)
+        raise InvalidOptionError(
+            "You should specify topic(s) using one of the topic options: topic, topics, "
+            f"topicsPattern (got {what})"
+        )
+    option, value = given[0], opts[given[0]]
+    if option == "topicspattern":
+        if not value.strip():
+            raise InvalidOptionError("TopicsPattern is empty")
+        return (), _pattern(value.strip())
+    names = [name.strip() for name in value.split(",")]
+    if option == "topic" and len(names) > 1:
+        raise InvalidOptionError('Use "topics" instead of "topic" for multi topic read')
+    if not any(names):
+        raise InvalidOptionError(
+            "No topic is specified" if option == "topic" else "No topics is specified"
+        )
+    return tuple(sorted({_topic_name(option, name) for name in names if name})), None
+
+
+def _pattern(text: str) -> str:
+    """A pattern over full names: ``orders-.*`` means ``persistent://public/default/orders-.*``
+    (as Pulsar's TopicName makes of it)."""
+    if "://" not in text:
+        parts = text.split("/")
+        text = f"persistent://public/default/{text}" if len(parts) == 1 else f"persistent://{text}"
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise InvalidOptionError(
+            f"topicsPattern {text!r} is not a regular expression: {error}"
+        ) from None
+    return text
 
 
 def _topic_name(option: str, name: str) -> str:
@@ -252,7 +338,9 @@ def _topic_name(option: str, name: str) -> str:
         raise InvalidOptionError(f"option {option}: {error}") from None
 
 
-def _bound(opts: Mapping[str, str], option: str, topics: tuple[str, ...], default: str) -> Bound:
+def _bound(
+    opts: Mapping[str, str], option: str, topics: tuple[str, ...] | None, default: str
+) -> Bound:
     text = opts.get(option.lower(), default).strip()
     if text.lower() in (EARLIEST, LATEST):
         return text.lower()
@@ -263,20 +351,56 @@ def _bound(opts: Mapping[str, str], option: str, topics: tuple[str, ...], defaul
         )
     ids = parse_offsets_json(option, text, topics)
     as_position = inclusive_start_position if option.startswith("starting") else end_position
-    return {topic: as_position(message_id) for topic, message_id in ids.items()}
+    bound: dict[str, Position | str] = {}
+    for topic, message_id in ids.items():
+        if message_id.ledger_id() == message_id.entry_id() == -1:
+            bound[topic] = EARLIEST  # MessageId.earliest
+        elif message_id.ledger_id() == message_id.entry_id() == 2**63 - 1:
+            bound[topic] = LATEST  # MessageId.latest
+        else:
+            bound[topic] = as_position(message_id)
+    return bound
 
 
-def _time(opts: Mapping[str, str], option: str) -> int | None:
+def _check_batch_bounds(starting: Bound, ending: Bound) -> None:
+    """StreamNative's rules for batch queries, and ranges that can hold no message."""
+    if starting == LATEST or (isinstance(starting, dict) and LATEST in starting.values()):
+        raise InvalidOptionError(
+            "starting offset can't be latest for batch queries on Pulsar "
+            "(startingOffsets='latest' or MessageId.latest would read nothing); use "
+            "'earliest' or message ids"
+        )
+    if ending == EARLIEST or (isinstance(ending, dict) and EARLIEST in ending.values()):
+        raise InvalidOptionError(
+            "ending offset can't be earliest for batch queries on Pulsar "
+            "(endingOffsets='earliest' or MessageId.earliest would read nothing); use "
+            "'latest' or message ids"
+        )
+    if isinstance(starting, dict) and isinstance(ending, dict):
+        for topic, start in starting.items():
+            end = ending.get(topic)
+            if isinstance(start, tuple) and isinstance(end, tuple) and end <= start:
+                raise InvalidOptionError(
+                    f"startingOffsets for {topic} is after its endingOffsets: the range holds "
+                    "no message"
+                )
+
+
+def _time(opts: Mapping[str, str], option: str, topics: tuple[str, ...] | None) -> TimeBound:
     text = opts.get(option.lower())
     if text is None:
         return None
+    text = text.strip()
+    if text.startswith("{"):
+        return parse_times_json(option, text, topics)
     try:
         value = int(text)
     except ValueError:
         value = -1
     if value < 0:
         raise InvalidOptionError(
-            f"{option} must be a publish time in milliseconds since the epoch, got {text!r}"
+            f"{option} must be a publish time in milliseconds since the epoch, or JSON "
+            f'{{"<topic>": ms}}, got {text!r}'
         )
     return value
 
@@ -305,3 +429,21 @@ def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise InvalidOptionError(f"{option} must be true or false, got {text!r}")
     return value
+
+
+def _name(opts: Mapping[str, str], option: str) -> str | None:
+    text = opts.get(option.lower(), "").strip()
+    return text or None
+
+
+def _schema(opts: Mapping[str, str]) -> TopicSchema | None:
+    kind = opts.get(_SCHEMA_TYPE)
+    definition = opts.get(_SCHEMA_DEFINITION)
+    if kind is None:
+        if definition is not None:
+            raise InvalidOptionError(f"{_SCHEMA_DEFINITION} is set but {_SCHEMA_TYPE} is not")
+        return None
+    try:
+        return TopicSchema.of(kind, definition, f"option {_SCHEMA_TYPE}")
+    except SchemaError as error:
+        raise InvalidOptionError(str(error)) from None

@@ -124,8 +124,10 @@ def replay(
         raise ReplayError(f"function file {config.py} does not exist")
     load_function(code, config.class_name)  # a broken function fails here, not in every task
     options = {key.lower(): value for key, value in read_options.items()}
-    if "topic" not in options and "topics" not in options:
+    if not {"topic", "topics", "topicspattern"} & set(options):
         options["topics"] = ",".join(sorted(config.input_serdes()))
+    # The function's SerDes decode the payloads, as live: read them as bytes.
+    options["allowdifferenttopicschemas"] = "true"
     check_read_options(options)
     destination = to_topic or config.output
     try:

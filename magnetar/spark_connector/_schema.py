@@ -1,5 +1,7 @@
 """The columns of a Pulsar DataFrame, and messages turned into Arrow record batches.
 
+The value columns come first (see :mod:`._topic_schema`: ``value`` of bytes for a topic
+without a schema), then the metadata columns, as StreamNative's connector has them.
 Executors hand Spark Arrow batches rather than tuples: building columns is several times
 cheaper than Spark converting one Python tuple per message.
 """
@@ -11,7 +13,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.types import (
     BinaryType,
     MapType,
@@ -21,10 +22,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from magnetar.spark_connector._topic_schema import NO_SCHEMA, TopicSchema
+from magnetar.spark_connector._values import ValueDecoder
+from magnetar.spark_connector.exceptions import SchemaError
+
 __all__ = [
     "EVENT_TIME",
     "KEY",
     "MESSAGE_ID",
+    "META_FIELDS",
     "PROPERTIES",
     "PUBLISH_TIME",
     "SCHEMA",
@@ -32,6 +38,7 @@ __all__ = [
     "VALUE",
     "millis",
     "record_batches",
+    "source_schema",
 ]
 
 VALUE = "value"
@@ -42,81 +49,87 @@ PUBLISH_TIME = "__publishTime"
 EVENT_TIME = "__eventTime"
 PROPERTIES = "__messageProperties"
 
-SCHEMA = StructType(
-    [
-        StructField(VALUE, BinaryType()),
-        StructField(KEY, BinaryType()),
-        StructField(TOPIC, StringType()),
-        StructField(MESSAGE_ID, BinaryType()),
-        StructField(PUBLISH_TIME, TimestampType()),
-        StructField(EVENT_TIME, TimestampType()),
-        StructField(PROPERTIES, MapType(StringType(), StringType())),
-    ]
-)
-"""``value`` holds the payload bytes (there is no schema registry to decode them with)."""
+META_FIELDS = [
+    StructField(KEY, BinaryType()),
+    StructField(TOPIC, StringType()),
+    StructField(MESSAGE_ID, BinaryType()),
+    StructField(PUBLISH_TIME, TimestampType()),
+    StructField(EVENT_TIME, TimestampType()),
+    StructField(PROPERTIES, MapType(StringType(), StringType())),
+]
+"""The metadata columns, after the value columns."""
+
+
+def source_schema(schema: TopicSchema) -> StructType:
+    """The DataFrame schema of topics with ``schema``."""
+    values = schema.value_fields()
+    clash = {f.name for f in values} & {f.name for f in META_FIELDS}
+    if clash:
+        raise SchemaError(
+            f"the topic's {schema.type} schema has fields named like metadata columns "
+            f"({', '.join(sorted(clash))}); read it with allowDifferentTopicSchemas=true"
+        )
+    return StructType(values + META_FIELDS)
+
+
+SCHEMA = source_schema(NO_SCHEMA)
+"""The columns of a topic without a schema: ``value`` holds the payload bytes."""
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _MILLIS = pa.timestamp("ms", tz="UTC")
-_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field(VALUE, pa.binary()),
-        pa.field(KEY, pa.binary()),
-        pa.field(TOPIC, pa.string()),
-        pa.field(MESSAGE_ID, pa.binary()),
-        pa.field(PUBLISH_TIME, _TIMESTAMP),
-        pa.field(EVENT_TIME, _TIMESTAMP),
-        pa.field(PROPERTIES, pa.map_(pa.string(), pa.string())),
-    ]
-)
-
-BATCH_ROWS = 8192
+_PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
+_META_ARROW = [
+    pa.field(KEY, pa.binary()),
+    pa.field(TOPIC, pa.string()),
+    pa.field(MESSAGE_ID, pa.binary()),
+    pa.field(PUBLISH_TIME, _TIMESTAMP),
+    pa.field(EVENT_TIME, _TIMESTAMP),
+    pa.field(PROPERTIES, _PROPERTIES_TYPE),
+]
 
 
 def record_batches(
-    messages: Iterable[tuple[Any, Any]], topic: str, batch_rows: int = BATCH_ROWS
+    chunks: Iterable[list[tuple[Any, Any]]], topic: str, decoder: ValueDecoder
 ) -> Iterator[pa.RecordBatch]:
-    """``(message, message_id)`` pairs of ``topic`` as record batches of at most
-    ``batch_rows`` rows."""
-    columns: list[list[Any]] = [[] for _ in range(6)]
-    # Bound methods: this loop runs once per message.
-    add_value, add_key, add_id, add_published, add_event, add_properties = (
-        column.append for column in columns
-    )
-    count = 0
-    for message, message_id in messages:
-        add_value(message.data())
-        add_key(message.partition_key())
-        add_id(message_id.serialize())
-        add_published(message.publish_timestamp())
-        add_event(message.event_timestamp())
-        add_properties(message.properties())
-        count += 1
-        if count == batch_rows:
-            yield _batch(columns, topic)
-            for column in columns:
-                column.clear()
-            count = 0
-    if count:
-        yield _batch(columns, topic)
+    """Chunks of ``(message, message_id)`` pairs of ``topic`` as record batches, values
+    decoded by ``decoder``: one comprehension per column, the cheapest Python loop there is."""
+    arrow_schema = pa.schema(decoder.arrow_fields + _META_ARROW)
+    for chunk in chunks:
+        ids = [i.serialize() for _, i in chunk]
+
+        def describe(index: int, ids: list[bytes] = ids) -> str:
+            return f"message {_describe_id(ids[index])} of {topic}"
+
+        keys = [m.partition_key() for m, _ in chunk]
+        events = [m.event_timestamp() for m, _ in chunk]
+        properties = [m.properties() for m, _ in chunk]
+        yield pa.RecordBatch.from_arrays(
+            [
+                *decoder.decode([m.data() for m, _ in chunk], describe),
+                pa.array([k.encode() if k else None for k in keys], pa.binary()),  # "": no key
+                pa.repeat(pa.scalar(topic, pa.string()), len(chunk)),
+                pa.array(ids, pa.binary()),
+                pa.array([m.publish_timestamp() for m, _ in chunk], _MILLIS).cast(_TIMESTAMP),
+                pa.array([e or None for e in events], _MILLIS).cast(_TIMESTAMP),  # 0: no time
+                _properties(properties),
+            ],
+            schema=arrow_schema,
+        )
 
 
-def _batch(columns: list[list[Any]], topic: str) -> pa.RecordBatch:
-    """Whole-column conversions, cheaper than per-message Python."""
-    values, keys, ids, published, events, properties = columns
-    key_text = pa.array(keys, pa.string())
-    event_ms = pa.array(events, pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(values, pa.binary()),
-            pc.if_else(pc.equal(key_text, ""), None, key_text).cast(pa.binary()),  # "" = no key
-            pa.repeat(pa.scalar(topic, pa.string()), len(values)),
-            pa.array(ids, pa.binary()),
-            pa.array(published, _MILLIS).cast(_TIMESTAMP),
-            pc.if_else(pc.equal(event_ms, 0), None, event_ms).cast(_MILLIS).cast(_TIMESTAMP),
-            pa.array(properties, _ARROW_SCHEMA.field(PROPERTIES).type),  # 0 = no event time
-        ],
-        schema=_ARROW_SCHEMA,
-    )
+def _properties(properties: list[dict[str, str]]) -> pa.Array:
+    if any(properties):
+        return pa.array(properties, _PROPERTIES_TYPE)
+    # No message has properties (the common case): offsets only, no per-row conversion.
+    offsets = pa.array([0] * (len(properties) + 1), pa.int32())
+    return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()))
+
+
+def _describe_id(serialized: bytes) -> str:
+    import pulsar
+
+    message_id = pulsar.MessageId.deserialize(serialized)
+    return f"({message_id.ledger_id()}, {message_id.entry_id()}, {message_id.batch_index()})"
 
 
 def millis(value: datetime.datetime) -> int:

@@ -2,14 +2,17 @@
 
 Each Spark task sends its rows asynchronously (batched) and returns once the broker has
 persisted every one, or fails naming the first row that could not be sent. A retried task
-sends its rows again: the sink is at-least-once.
+sends its rows again: the sink is at-least-once. Values are encoded as
+:mod:`._sink_schema` says; the schema of a topic named by the ``topic`` option is settled
+when the query is planned, that of each row's ``__topic`` by the task that first writes there.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +21,6 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import (
     BinaryType,
-    DataType,
     LongType,
     MapType,
     StringType,
@@ -27,8 +29,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from magnetar.spark_connector._client import open_client
+from magnetar.spark_connector._admin import AdminClient
+from magnetar.spark_connector._client import shared_client
 from magnetar.spark_connector._options import SinkOptions
+from magnetar.spark_connector._passthrough import producer_kwargs
 from magnetar.spark_connector._schema import (
     EVENT_TIME,
     KEY,
@@ -36,24 +40,29 @@ from magnetar.spark_connector._schema import (
     PROPERTIES,
     PUBLISH_TIME,
     TOPIC,
-    VALUE,
     millis,
 )
-from magnetar.spark_connector.exceptions import InvalidOptionError, PulsarWriteError
+from magnetar.spark_connector._schema_lookup import (
+    SchemaSource,
+    broker_has_registry,
+    record_schema,
+)
+from magnetar.spark_connector._sink_schema import ValueColumns, announced_schema, derived_schema
+from magnetar.spark_connector._topic_schema import TopicSchema
+from magnetar.spark_connector.exceptions import InvalidOptionError, PulsarWriteError, SchemaError
 from magnetar.topics import full_topic_name
 
 __all__ = ["PulsarBatchWriter", "PulsarCommitMessage", "PulsarStreamWriter"]
 
-_TEXT_OR_BYTES = (StringType, BinaryType)
-_ACCEPTED: dict[str, tuple[type[DataType], ...]] = {
-    VALUE: _TEXT_OR_BYTES,
-    TOPIC: (StringType,),
-    KEY: _TEXT_OR_BYTES,
-    EVENT_TIME: (TimestampType, TimestampNTZType, LongType),
-    PROPERTIES: (MapType,),
-}
-_IGNORED = {MESSAGE_ID, PUBLISH_TIME}  # columns of a read, so a read DataFrame writes back
+log = logging.getLogger(__name__)
+
 _SEND_TIMEOUT_S = 60.0
+_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "batching_enabled": True,
+    "batching_max_publish_delay_ms": 10,
+    "block_if_queue_full": True,
+    "max_pending_messages": 10_000,
+}
 
 
 @dataclass
@@ -64,41 +73,107 @@ class PulsarCommitMessage(WriterCommitMessage):
     """Messages persisted by the broker."""
 
 
-def _check_schema(options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+def _check_columns(options: SinkOptions, schema: StructType, overwrite: bool) -> ValueColumns:
+    """StreamNative's checks of the metadata columns, then the value columns."""
     if overwrite:
         raise InvalidOptionError(
-            "Pulsar topics are append-only: write with mode('append'), not 'overwrite'"
+            "Pulsar topics are append-only: write with mode('append'). (Spark lets Python "
+            "data sources take only the save modes append and overwrite, so the default "
+            "errorifexists that StreamNative's connector accepts is not possible either.)"
         )
-    for column in schema.fields:
-        if column.name in _IGNORED:
-            continue
-        accepted = _ACCEPTED.get(column.name)
-        if accepted is None:
-            raise InvalidOptionError(
-                f"column {column.name!r} cannot be written to Pulsar; write {VALUE} and "
-                f"optionally {TOPIC}, {KEY}, {EVENT_TIME}, {PROPERTIES} (select or drop the rest)"
-            )
-        if not isinstance(column.dataType, accepted):
-            raise InvalidOptionError(
-                f"column {column.name} has type {column.dataType.simpleString()}; accepted: "
-                f"{', '.join(t.typeName() for t in accepted)}"
-            )
-        if isinstance(column.dataType, MapType) and not (
-            isinstance(column.dataType.keyType, StringType)
-            and isinstance(column.dataType.valueType, StringType)
-        ):
-            raise InvalidOptionError(f"column {PROPERTIES} must be a map<string,string>")
-    if VALUE not in schema.names:
-        raise InvalidOptionError(f"a DataFrame written to Pulsar needs a {VALUE!r} column")
-    if options.topic is None and TOPIC not in schema.names:
+    fields = {f.name: f.dataType for f in schema.fields}
+    if TOPIC not in fields and options.topic is None:
         raise InvalidOptionError(
-            f"no topic to write to: set the option topic or give the rows a {TOPIC} column"
+            f"topic option required when no '{TOPIC}' attribute is present. Use the topic "
+            "option for setting a topic."
         )
+    checks: list[tuple[str, tuple[type, ...], str]] = [
+        (TOPIC, (StringType,), "Topic type must be a string"),
+        (KEY, (StringType, BinaryType), f"{KEY} attribute type must be a string or binary"),
+        (
+            EVENT_TIME,
+            (LongType, TimestampType, TimestampNTZType),
+            f"{EVENT_TIME} attribute type must be a bigint or timestamp",
+        ),
+        (PROPERTIES, (MapType,), f"{PROPERTIES} attribute type must be a map<string,string>"),
+    ]
+    for name, accepted, message in checks:
+        data_type = fields.get(name)
+        if data_type is not None and not isinstance(data_type, accepted):
+            raise InvalidOptionError(f"{message}, not {data_type.simpleString()}")
+    properties = fields.get(PROPERTIES)
+    if isinstance(properties, MapType) and not (
+        isinstance(properties.keyType, StringType) and isinstance(properties.valueType, StringType)
+    ):
+        raise InvalidOptionError(f"{PROPERTIES} attribute type must be a map<string,string>")
+    for name in (MESSAGE_ID, PUBLISH_TIME):
+        if name in fields:
+            log.info("column %s is set by the broker; it is not written", name)
+    return ValueColumns.of(schema)
 
 
-def write_rows(options: SinkOptions, rows: Iterator[Row]) -> PulsarCommitMessage:
+class _Encoders:
+    """Per topic: how a row's value is encoded, and the producer schema that goes with it."""
+
+    def __init__(self, options: SinkOptions, columns: ValueColumns) -> None:
+        self._options = options
+        self._columns = columns
+        self._known: dict[str, tuple[Callable[[Row], bytes], Any]] = {}
+
+    def settle(self, client: pulsar.Client, topic: str) -> TopicSchema:
+        """The schema values are written to ``topic`` with: the option's, else the topic's,
+        else one derived from the columns, which is recorded where the broker keeps none;
+        :class:`SchemaError` if the columns cannot fit it."""
+        options = self._options
+        admin = AdminClient(options.admin_url, options.admin_conf) if options.admin_url else None
+        existing = SchemaSource(client, options.service_url, admin).schema_of(topic)
+        derived = existing if not existing.is_raw else derived_schema(self._columns)
+        schema = options.schema or derived
+        self._columns.encoder_for(schema, topic)  # fails now if the columns do not fit
+        if existing.is_raw and not schema.is_raw and not broker_has_registry(options.service_url):
+            record_schema(client, topic, schema)
+        return schema
+
+    def encode_for(self, client: pulsar.Client, topic: str) -> tuple[Callable[[Row], bytes], Any]:
+        found = self._known.get(topic)
+        if found is None:
+            schema = self.settle(client, topic)
+            found = self._known[topic] = (
+                self._columns.encoder_for(schema, topic),
+                announced_schema(schema),
+            )
+        return found
+
+    def preset(self, topic: str, schema: TopicSchema) -> None:
+        self._known[topic] = (self._columns.encoder_for(schema, topic), announced_schema(schema))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every task of one write gets."""
+
+    options: SinkOptions
+    columns: ValueColumns
+    topic_schema: TopicSchema | None
+    """The schema of the ``topic`` option's topic, settled on the driver."""
+
+
+def _plan(options: SinkOptions, schema: StructType, overwrite: bool) -> _Plan:
+    columns = _check_columns(options, schema, overwrite)
+    topic_schema = None
+    if options.topic is not None:
+        client = shared_client(options.service_url, options.client_conf)
+        topic_schema = _Encoders(options, columns).settle(client, options.topic)
+    return _Plan(options, columns, topic_schema)
+
+
+def write_rows(plan: _Plan, rows: Iterator[Row]) -> PulsarCommitMessage:
     """Send ``rows`` and wait until the broker has persisted them all."""
-    client = open_client(options.service_url, options.client_conf)
+    options = plan.options
+    client = shared_client(options.service_url, options.client_conf)
+    encoders = _Encoders(options, plan.columns)
+    if options.topic is not None and plan.topic_schema is not None:
+        encoders.preset(options.topic, plan.topic_schema)
     producers: dict[str, Any] = {}
     done = threading.Condition()
     results: list[Any] = []
@@ -112,10 +187,15 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> PulsarCommitMessage
     try:
         for row in rows:
             topic = options.topic or _topic(row)
+            encode, announced = encoders.encode_for(client, topic)
             producer = producers.get(topic)
             if producer is None:
-                producer = producers[topic] = _producer(client, topic)
-            producer.send_async(_payload(row), on_sent, **_message_conf(row))
+                producer = producers[topic] = _producer(client, topic, options, announced)
+            try:
+                payload = encode(row)
+            except SchemaError as error:
+                raise PulsarWriteError(f"row {sent + 1} of this task to {topic}: {error}") from None
+            producer.send_async(payload, on_sent, **_message_conf(row))
             sent += 1
         for producer in producers.values():
             producer.flush()
@@ -128,7 +208,6 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> PulsarCommitMessage
     finally:
         for producer in producers.values():
             producer.close()
-        client.close()
     if failures or missing:
         first = failures[0] if failures else "no reply in time"
         raise PulsarWriteError(
@@ -137,15 +216,22 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> PulsarCommitMessage
     return PulsarCommitMessage(sent)
 
 
-def _producer(client: pulsar.Client, topic: str) -> Any:
+def _producer(client: pulsar.Client, topic: str, options: SinkOptions, schema: Any) -> Any:
+    kwargs = {**_PRODUCER_DEFAULTS, **producer_kwargs(options.producer_conf)}
+    if schema is not None:
+        kwargs["schema"] = schema
+    initial = options.producer_conf.get("initialSubscriptionName")
     try:
-        return client.create_producer(
-            topic,
-            batching_enabled=True,
-            batching_max_publish_delay_ms=10,
-            block_if_queue_full=True,
-            max_pending_messages=10_000,
-        )
+        if initial:
+            # Java creates it with the topic; creating it if absent keeps what it is for.
+            client.subscribe(
+                topic, initial, initial_position=pulsar.InitialPosition.Earliest
+            ).close()
+        return client.create_producer(topic, **kwargs)
+    except pulsar.IncompatibleSchema as error:
+        raise PulsarWriteError(
+            f"Cannot write incompatible data to topic {topic}. Details: {error}"
+        ) from None
     except pulsar.PulsarException as error:
         raise PulsarWriteError(f"cannot create a producer on {topic}: {error}") from None
 
@@ -153,18 +239,13 @@ def _producer(client: pulsar.Client, topic: str) -> Any:
 def _topic(row: Row) -> str:
     name = row[TOPIC]
     if not name:
-        raise PulsarWriteError(f"a row has no {TOPIC} and the option topic is not set: {row!r}")
+        raise PulsarWriteError(
+            f"null topic present in the data. Use the topic option for setting a topic: {row!r}"
+        )
     try:
         return full_topic_name(name)
     except ValueError as error:
         raise PulsarWriteError(f"{TOPIC} of a row: {error}") from None
-
-
-def _payload(row: Row) -> bytes:
-    value = row[VALUE]
-    if value is None:
-        raise PulsarWriteError(f"a row has a null {VALUE}; Pulsar messages need a payload")
-    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 def _message_conf(row: Row) -> dict[str, Any]:
@@ -175,7 +256,9 @@ def _message_conf(row: Row) -> dict[str, Any]:
         conf["partition_key"] = _text(key, KEY)
     event_time = fields.get(EVENT_TIME)
     if event_time is not None:
-        conf["event_timestamp"] = _millis(event_time)
+        event_ms = _millis(event_time)
+        if event_ms > 0:  # as StreamNative: 0 and below mean none
+            conf["event_timestamp"] = event_ms
     properties = fields.get(PROPERTIES)
     if properties:
         if any(v is None for v in properties.values()):
@@ -203,22 +286,20 @@ class PulsarBatchWriter(DataSourceWriter):
     """``df.write.format("pulsar")``."""
 
     def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
-        _check_schema(options, schema, overwrite)
-        self._options = options
+        self._plan = _plan(options, schema, overwrite)
 
     def write(self, iterator: Iterator[Row]) -> PulsarCommitMessage:
-        return write_rows(self._options, iterator)
+        return write_rows(self._plan, iterator)
 
 
 class PulsarStreamWriter(DataSourceStreamWriter):
     """``df.writeStream.format("pulsar")``."""
 
     def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
-        _check_schema(options, schema, overwrite)
-        self._options = options
+        self._plan = _plan(options, schema, overwrite)
 
     def write(self, iterator: Iterator[Row]) -> PulsarCommitMessage:
-        return write_rows(self._options, iterator)
+        return write_rows(self._plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: each task's messages are persisted before the task ends."""

@@ -5,6 +5,7 @@ MagnetarError
       +-- InvalidOptionError      a data source option is missing, unknown or malformed
       +-- PulsarReadError         a range could not be read completely (data loss, broker)
       +-- PulsarWriteError        rows could not be written to Pulsar
+      +-- SchemaError             a topic's schema cannot be used, or data does not fit it
       +-- ReplayError             a function replay could not run
 """
 
@@ -15,6 +16,7 @@ __all__ = [
     "PulsarReadError",
     "PulsarWriteError",
     "ReplayError",
+    "SchemaError",
     "SparkConnectorError",
 ]
 
@@ -39,3 +41,8 @@ class PulsarWriteError(SparkConnectorError):
 
 class ReplayError(SparkConnectorError):
     """A function replay could not start (no code, a bad range, an unusable sink)."""
+
+
+class SchemaError(SparkConnectorError, ValueError):
+    """A topic's schema cannot be used (a type Spark cannot hold, topics read together with
+    different schemas), or rows do not fit the schema of the topic they are written to."""

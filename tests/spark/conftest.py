@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -91,3 +94,101 @@ def id_json(topic: str, message_id: Any) -> str:
     """``{"<topic>": [signed bytes]}``, as StreamNative users write offsets."""
     signed = [b - 256 if b > 127 else b for b in message_id.serialize()]
     return json.dumps({full(topic): signed})
+
+
+Batches = dict[int, list[str]]
+
+
+def run_available_now(
+    spark: SparkSession,
+    broker_url: str,
+    checkpoint: Path,
+    options: dict[str, str],
+    batches: Batches,
+    fail_on: Callable[[int], bool] = lambda batch_id: False,
+) -> None:
+    """Run a query with Trigger.AvailableNow until it stops; each micro-batch's values go to
+    ``batches[batch_id]`` (a re-run batch overwrites, as an idempotent sink would)."""
+
+    def record(frame: DataFrame, batch_id: int) -> None:
+        batches[batch_id] = texts(frame)
+        if fail_on(batch_id):
+            raise RuntimeError(f"injected failure in batch {batch_id}")
+
+    stream = (
+        spark.readStream.format("pulsar")
+        .option("service.url", broker_url)
+        .options(**options)
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+
+
+class FakeAdmin:
+    """The parts of Pulsar's admin REST API the connector calls, answering from dicts the
+    test fills: pulsar-lite has no admin API, and the connector's admin client is a seam
+    these tests own."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[str]] = {}
+        """namespace ("tenant/ns") -> full names of its topics."""
+        self.schemas: dict[str, dict[str, Any]] = {}
+        """full topic name -> the schema answer (type, data, properties)."""
+        self.requests: list[str] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _answer(self, path: str) -> tuple[int, Any]:
+        self.requests.append(path)
+        parts = path.strip("/").split("/")
+        if parts[:3] == ["admin", "v2", "persistent"] and len(parts) in (5, 6):
+            namespace = "/".join(parts[3:5])
+            if namespace not in self.topics:
+                return 404, {"reason": "Namespace does not exist"}
+            return 200, [] if len(parts) == 6 else self.topics[namespace]
+        if parts[:3] == ["admin", "v2", "schemas"] and len(parts) == 7:
+            topic = "persistent://" + "/".join(parts[3:6])
+            if topic in self.schemas:
+                return 200, self.schemas[topic]
+            return 404, {"reason": "Schema not found"}
+        return 404, {"reason": f"no such path {path}"}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, body = fake._answer(self.path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet."""
+
+        return Handler
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def fake_admin() -> Iterator[FakeAdmin]:
+    admin = FakeAdmin()
+    yield admin
+    admin.close()

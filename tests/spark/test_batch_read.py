@@ -139,15 +139,18 @@ def test_empty_topic_reads_as_no_rows(
     assert texts(both) == ["x", "y"]
 
 
-def test_missing_messages_fail_the_read_unless_told_otherwise(
+def test_an_end_past_the_last_message_reads_what_is_there_unless_told_to_fail(
     spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str
 ) -> None:
+    """StreamNative's default failOnDataLoss=false: a warning, and the messages there; with
+    true, an error when the query is planned, not after pollTimeoutMs."""
     ids = produce(client, topic, ["a", "b", "c"])
     beyond = pulsar.MessageId(-1, ids[-1].ledger_id(), ids[-1].entry_id() + 10, -1)
-    options = {"endingOffsets": id_json(topic, beyond), "pollTimeoutMs": "1000"}
+    options = {"endingOffsets": id_json(topic, beyond)}
 
-    with pytest.raises(Exception, match=r"no message after position .* failOnDataLoss=false"):
-        read(spark, broker_url, topic=topic, **options).count()
+    assert texts(read(spark, broker_url, topic=topic, **options)) == ["a", "b", "c"]
 
-    lenient = read(spark, broker_url, topic=topic, failOnDataLoss="false", **options)
-    assert texts(lenient) == ["a", "b", "c"]
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"after its last message .* failOnDataLoss=false"):
+        read(spark, broker_url, topic=topic, failOnDataLoss="true", **options).count()
+    assert time.monotonic() - started < 60  # not pollTimeoutMs (120 s)

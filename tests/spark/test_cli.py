@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 
 from magnetar.cli import main
+from tests.cluster.conftest import Cluster
 from tests.conftest import EXAMPLES
 from tests.spark.conftest import full, id_json, produce, read, texts
 
@@ -86,14 +87,60 @@ def test_replay_from_code_to_a_topic(
     assert texts(read(spark, broker_url, topic=f"{topic}-out")) == [f"in{i}!" for i in range(2, 12)]
 
 
-def test_replay_by_fqfn_needs_a_worker(broker_url: str, topic: str) -> None:
-    result = run(
-        broker_url, "replay", "--fqfn", "public/default/excl", "--topic", topic, "--path", "x"
-    )
+def test_replay_by_fqfn_runs_the_registered_code_and_config(
+    spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str, tmp_path: Path
+) -> None:
+    """The worker hands out the function's config and code (Pulsar's .../download); the
+    replay reads the function's own inputs and applies its user config."""
+    cluster = Cluster(broker_url, tmp_path)
+    try:
+        worker = cluster.start_worker("w1")
+        produce(client, topic, ["x", "y", "z"])
+        created = cluster.create(
+            worker,
+            f"pub-{topic}",
+            example="publish.py",
+            className="publish.PublishFunction",
+            inputs=[topic],
+            userConfig={"publish-topic": f"{topic}-published"},
+        )
+        assert created.status_code == 200, created.text
 
-    assert result.exit_code == 2
-    assert "needs a Magnetar worker" in result.output
-    assert "--py and --classname" in result.output
+        result = CliRunner().invoke(
+            main,
+            [
+                *("--output", "json", "--broker-url", broker_url, "--admin-url", worker.url),
+                *("spark", "replay", "--fqfn", f"public/default/pub-{topic}"),
+                *("--path", str(tmp_path / "out")),
+            ],
+        )
+    finally:
+        cluster.stop_all()
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["inputs"], report["published"], report["userExceptions"]) == (3, 3, 0)
+    written = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(bytes(r.value).decode() for r in written) == ["x!", "y!", "z!"]
+    assert {r["__topic"] for r in written} == {full(f"{topic}-published")}
+
+
+def test_replay_by_fqfn_of_a_function_that_is_not_there(broker_url: str, tmp_path: Path) -> None:
+    cluster = Cluster(broker_url, tmp_path)
+    try:
+        worker = cluster.start_worker("w1")
+        result = CliRunner().invoke(
+            main,
+            [
+                *("--broker-url", broker_url, "--admin-url", worker.url),
+                *("spark", "replay", "--fqfn", "public/default/nope", "--path", "x"),
+            ],
+        )
+    finally:
+        cluster.stop_all()
+
+    assert result.exit_code == 1
+    assert "nope" in result.stderr and "HTTP 404" in result.stderr
 
 
 def test_bad_offsets_give_one_clear_line(broker_url: str, topic: str, tmp_path: Path) -> None:
@@ -131,20 +178,23 @@ def test_a_function_that_does_not_load_is_reported_before_the_job(
 def test_errors_inside_a_spark_job_are_one_line_too(
     broker_url: str, client: pulsar.Client, topic: str, tmp_path: Path
 ) -> None:
-    """A range ending past the last message: the executor's read gives up after
-    pollTimeoutMs (failOnDataLoss defaults to true)."""
-    ids = produce(client, topic, ["a", "b"])
-    beyond = pulsar.MessageId(-1, ids[-1].ledger_id(), ids[-1].entry_id() + 100, -1)
+    """A payload that does not decode with the values' schema fails the executor's task."""
+    ids = produce(client, topic, ['{"name": "a"}', "not json"])
+    definition = json.dumps(
+        {"type": "record", "name": "R", "fields": [{"name": "name", "type": "string"}]}
+    )
 
     result = run(
         broker_url,
-        *("read", "--topic", topic, "--ending-offsets", id_json(topic, beyond)),
-        *("--option", "pollTimeoutMs=1500", "--path", str(tmp_path / "out")),
+        *("read", "--topic", topic, "--option", "schema.type=JSON"),
+        *("--option", f"schema.definition={definition}", "--path", str(tmp_path / "out")),
     )
 
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"Error: {full(topic)}: no message after position")
-    assert "set failOnDataLoss=false to read what is there" in result.stderr
+    where = f"({ids[1].ledger_id()}, {ids[1].entry_id()}, {ids[1].batch_index()})"
+    assert result.stderr.startswith(
+        f"Error: message {where} of {full(topic)} cannot be decoded with the topic's JSON schema"
+    )
     assert len(result.stderr.splitlines()) == 1
 
 

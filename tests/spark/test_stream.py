@@ -2,52 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from tests.spark.conftest import produce, texts
+from tests.spark.conftest import Batches, produce, run_available_now
 
 pytestmark = pytest.mark.spark
-
-Batches = dict[int, list[str]]
-
-
-def run_available_now(
-    spark: SparkSession,
-    broker_url: str,
-    checkpoint: Path,
-    options: dict[str, str],
-    batches: Batches,
-    fail_on: Callable[[int], bool] = lambda batch_id: False,
-) -> None:
-    """Run a query with Trigger.AvailableNow until it stops; each micro-batch's values go to
-    ``batches[batch_id]`` (a re-run batch overwrites, as an idempotent sink would)."""
-
-    def record(frame: DataFrame, batch_id: int) -> None:
-        batches[batch_id] = texts(frame)
-        if fail_on(batch_id):
-            raise RuntimeError(f"injected failure in batch {batch_id}")
-
-    stream = (
-        spark.readStream.format("pulsar")
-        .option("service.url", broker_url)
-        .options(**options)
-        .load()
-    )
-    query = (
-        stream.writeStream.foreachBatch(record)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(120)
-    finally:
-        query.stop()
 
 
 def test_available_now_with_max_records_per_trigger(

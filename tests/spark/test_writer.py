@@ -133,15 +133,30 @@ def test_streaming_write_copies_a_topic(
 @pytest.mark.parametrize(
     ("schema", "mode", "message"),
     [
-        ("value string", "overwrite", "Pulsar topics are append-only"),
-        ("payload string", "append", "column 'payload' cannot be written to Pulsar"),
-        ("value int", "append", "column value has type int; accepted: string, binary"),
-        ("__key string", "append", "needs a 'value' column"),
+        (
+            "value string",
+            "overwrite",
+            r"Pulsar topics are append-only: write with mode\('append'\)",
+        ),
+        ("__key string", "append", "Schema should have at least one non-key/non-topic field"),
+        ("value string, __key int", "append", "__key attribute type must be a string or binary"),
+        (
+            "value string, __eventTime string",
+            "append",
+            "__eventTime attribute type must be a bigint or timestamp",
+        ),
+        ("value string, __topic int", "append", "Topic type must be a string"),
+        (
+            "value decimal(10,2)",
+            "append",
+            r"a value column of type decimal\(10,2\) cannot be written to Pulsar",
+        ),
     ],
 )
 def test_bad_frames_are_refused_with_the_reason(
     spark: SparkSession, broker_url: str, topic: str, schema: str, mode: str, message: str
 ) -> None:
+    """StreamNative's checks and messages, before any row is sent."""
     frame = spark.createDataFrame([], schema)
     with pytest.raises(Exception, match=message):
         frame.write.format("pulsar").option("service.url", broker_url).option("topic", topic).mode(
@@ -153,5 +168,5 @@ def test_without_topic_option_or_column_nothing_is_sent(
     spark: SparkSession, broker_url: str
 ) -> None:
     frame = spark.createDataFrame([("x",)], "value string")
-    with pytest.raises(Exception, match="no topic to write to"):
+    with pytest.raises(Exception, match="topic option required when no '__topic' attribute"):
         frame.write.format("pulsar").option("service.url", broker_url).mode("append").save()

@@ -7,6 +7,7 @@ from fastapi import Depends, FastAPI
 from magnetar import __version__
 from magnetar.worker.rest.auth import authorize_request
 from magnetar.worker.rest.cluster import cluster_router
+from magnetar.worker.rest.download import download_router
 from magnetar.worker.rest.errors import install_error_handlers
 from magnetar.worker.rest.functions import functions_router
 from magnetar.worker.rest.instances import instances_router
@@ -37,6 +38,7 @@ def create_app(services: RestServices) -> FastAPI:
     # before the functions' routes, whose /{instance_id}/... paths would take /state/...
     app.include_router(state_router)
     app.include_router(functions_router)
+    app.include_router(download_router)
     app.include_router(instances_router)
     app.include_router(trigger_router)
     app.include_router(metrics_router)
