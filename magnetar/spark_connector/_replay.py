@@ -31,7 +31,7 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql.types import StructType
 
 from magnetar.instance import (
-    EnvironmentSecretsProvider,
+    ClearTextSecretsProvider,
     FunctionConfig,
     InstanceContext,
     LoadedFunction,
@@ -373,7 +373,7 @@ class _Replayer:
             self._collector,
             InstanceMetrics(0),
             UnconfiguredStateStore(config.fqfn),
-            EnvironmentSecretsProvider(),
+            ClearTextSecretsProvider(),  # the live function's default, as Apache's
             logging.getLogger(f"magnetar.function.{config.fqfn}.replay"),
             paths,
         )
