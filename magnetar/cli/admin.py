@@ -17,7 +17,7 @@ import json as _json
 import ssl
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
@@ -61,6 +61,8 @@ class AdminResponse:
     status_code: int
     content: bytes
     reason_phrase: str
+    headers: dict[str, str] = field(default_factory=dict)
+    """Header names in lower case."""
 
     @property
     def text(self) -> str:
@@ -114,7 +116,12 @@ class AdminClient:
         try:
             connection.request(method, target, body=body, headers=headers)
             answer = connection.getresponse()
-            response = AdminResponse(answer.status, answer.read(), answer.reason)
+            response = AdminResponse(
+                answer.status,
+                answer.read(),
+                answer.reason,
+                {name.lower(): value for name, value in answer.getheaders()},
+            )
         except TimeoutError:
             raise AdminError(f"the worker at {self.admin_url} did not answer in time") from None
         except (OSError, http.client.HTTPException) as error:

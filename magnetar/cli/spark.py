@@ -298,15 +298,12 @@ def _registered_config(obj: CliContext, fqfn: str, work_dir: Path) -> FunctionCo
 
     fqfn = resolve_fqfn(None, None, None, fqfn)
     admin = admin_client(obj)
-    try:
-        stored = admin.get_json(f"/admin/v3/functions/{fqfn}")
-        if stored.get("js") or str(stored.get("runtime", "")).upper() == "JAVASCRIPT":
-            raise click.UsageError(
-                f"{fqfn} is a JavaScript function; spark replay runs Python functions"
-            )
-        package = admin.request("GET", f"/admin/v3/functions/{fqfn}/download")
-    finally:
-        admin.close()
+    stored = admin.get_json(f"/admin/v3/functions/{fqfn}")
+    if stored.get("js") or str(stored.get("runtime", "")).upper() == "JAVASCRIPT":
+        raise click.UsageError(
+            f"{fqfn} is a JavaScript function; spark replay runs Python functions"
+        )
+    package = admin.request("GET", f"/admin/v3/functions/{fqfn}/download")
     filename = _attachment_name(package.headers.get("content-disposition", ""))
     code = work_dir / (filename or Path(str(stored.get("py") or "function.py")).name)
     code.write_bytes(package.content)
