@@ -145,7 +145,9 @@ class Membership:
                 self._consumer.acknowledge(message)
                 self._record(message)
             self._update()
-            if not self._leader:
+            # Probing a paused leader blocks for a second: only when nothing is waiting, or
+            # the heartbeats a new active consumer is handed would go stale before it reads them.
+            if not self._leader and message is None:
                 self._watch_leader()
 
     def _record(self, message: Any) -> None:
