@@ -36,9 +36,11 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
-# The suite against a real Apache Pulsar in Docker (testcontainers); fails if no engine answers.
+# With a Docker engine: docker compose up (tests/docker), and the Apache Pulsar suites against
+# the apachepulsar/pulsar image instead of the standalone Maven fetched; fails if no engine answers.
 test-docker: install
 	MAGNETAR_REQUIRE_DOCKER=1 $(BIN)/python -m pytest tests/docker -m docker
+	$(BIN)/python -m pytest --brokers apache --apache-pulsar docker
 
 lint: install
 	$(BIN)/ruff check magnetar tests bench scripts

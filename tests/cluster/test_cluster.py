@@ -14,6 +14,7 @@ from signal import SIGCONT
 
 import httpx
 import pulsar
+import pytest
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
 
@@ -114,6 +115,7 @@ class Stream:
             ) from None
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     target = non_leader(cluster, workers)
@@ -132,6 +134,7 @@ def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> No
         assert cluster.get(worker, "/admin/v3/functions/public/default") == ["quick"]
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     topic = f"in-{uuid.uuid4().hex[:6]}"
@@ -143,6 +146,7 @@ def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
     assert conflict.json()["reason"] == "function public/default/twin already exists"
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_kill_a_non_leader_under_a_stream_loses_nothing(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -179,6 +183,7 @@ def test_kill_a_non_leader_under_a_stream_loses_nothing(
     stream.stop_and_check()
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -244,6 +249,7 @@ def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) 
     wait_until(lambda: running(cluster, witness, "spread") == 6, 10, "all running")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_a_paused_leader_cannot_corrupt_the_cluster(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -294,6 +300,7 @@ def test_a_paused_leader_cannot_corrupt_the_cluster(
     wait_until(lambda: running(cluster, others[0], "after-pause") == 1, 10, "still running")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     topic = f"in-{uuid.uuid4().hex[:6]}"
@@ -333,6 +340,7 @@ def test_a_crashed_instance_is_restarted_and_counted(cluster: Cluster) -> None:
     wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running again")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_update_scales_and_restarts_and_delete_stops(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:

@@ -13,10 +13,11 @@ import httpx
 import pulsar
 import pytest
 
-from magnetar.broker import EmbeddedBroker
-from tests.cluster.conftest import Cluster, Worker, wait_until
-from tests.conftest import EXAMPLES
+from tests.cluster.conftest import Cluster, Worker, wait_until, worker_env
+from tests.conftest import EXAMPLES, Broker
 from tests.integration.conftest import produce
+
+pytestmark = pytest.mark.brokers("lite", "apache")
 
 FUNCTIONS = "/admin/v3/functions/public/default"
 TIMEOUT_S = 4
@@ -28,6 +29,12 @@ class Api:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.workers = [cluster.start_worker(f"w{i}") for i in range(3)]
+        # one instance per worker needs the leader to know them all when it schedules
+        wait_until(
+            lambda: len(cluster.get(self.workers[0], "/admin/v2/worker/cluster")) == 3,
+            20,
+            "all three workers in the membership",
+        )
         self.topic = f"in-{uuid.uuid4().hex[:6]}"
         response = cluster.create(
             self.workers[0], "excl", inputs=[self.topic], output=f"{self.topic}-out", parallelism=3
@@ -51,11 +58,15 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(cluster_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+def api(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     cluster = Cluster(
         cluster_broker.service_url,
         tmp_path_factory.mktemp("rest"),
-        env={"MAGNETAR_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "MAGNETAR_MAX_PACKAGE_BYTES": "1000000"},
+        env={
+            **worker_env(cluster_broker),
+            "MAGNETAR_REQUEST_TIMEOUT_S": str(TIMEOUT_S),
+            "MAGNETAR_MAX_PACKAGE_BYTES": "1000000",
+        },
     )
     try:
         yield Api(cluster)
