@@ -12,13 +12,10 @@ API, as on any Apache Pulsar cluster.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +23,8 @@ from typing import Any
 import httpx
 
 from magnetar.broker import _die_with_parent, find_free_port
-from magnetar.exceptions import MagnetarError
+from magnetar.testing._jvm import ClassSharing, archive_path, java
+from magnetar.testing.exceptions import ApachePulsarError
 
 __all__ = ["CLASSPATH_FILE", "ApachePulsarError", "ApachePulsarStandalone"]
 
@@ -36,8 +34,9 @@ CLASSPATH_FILE = Path(__file__).resolve().parents[2] / "apache-pulsar" / "classp
 _STARTER = "org.apache.pulsar.PulsarStandaloneStarter"
 _BIND_ATTEMPTS = 3
 _ADDRESS_IN_USE = "Address already in use"
-_STALE_ARCHIVE_S = 600.0
+_ARCHIVE_WRITE_S = 120.0
 
+# The settings of the distribution's conf/standalone.conf that matter here, plus loopback ports.
 # What Apache Pulsar's own launcher (bin/pulsar) opens to the broker on Java 17: without them
 # Netty, BookKeeper and the metrics collectors log IllegalAccessException at start.
 _JAVA_OPENS = (
@@ -51,7 +50,6 @@ _JAVA_OPENS = (
     "jdk.management/com.sun.management.internal",
 )
 
-# The settings of the distribution's conf/standalone.conf that matter here, plus loopback ports.
 _CONFIG = """\
 clusterName=standalone
 bindAddress={host}
@@ -118,35 +116,16 @@ _JUL_LEVELS = {
 }
 
 
-class ApachePulsarError(MagnetarError):
-    """Apache Pulsar standalone could not be started: Java or its jars are missing, or it
-    failed (its log says why)."""
-
-
-def _java() -> str:
-    """The ``java`` of ``JAVA_HOME``, else the one on the PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        raise ApachePulsarError(
-            "Apache Pulsar needs Java 17 or newer, and no `java` is on the PATH (nor in "
-            "JAVA_HOME); install a JDK, e.g. `apt-get install openjdk-17-jre-headless`"
-        )
-    return found
-
-
-def _classpath(explicit: str | None) -> str:
+def _classpath(explicit: str | None, classpath_file: Path) -> str:
     """The broker's classpath: ``explicit``, ``MAGNETAR_APACHE_PULSAR_CLASSPATH``, or the one
     ``make apache-pulsar`` wrote; every jar it names must be there."""
     classpath = explicit or os.environ.get("MAGNETAR_APACHE_PULSAR_CLASSPATH")
     if not classpath:
         try:
-            classpath = CLASSPATH_FILE.read_text().strip()
+            classpath = classpath_file.read_text().strip()
         except FileNotFoundError:
             raise ApachePulsarError(
-                f"Apache Pulsar's jars have not been fetched ({CLASSPATH_FILE} is missing): run "
+                f"Apache Pulsar's jars have not been fetched ({classpath_file} is missing): run "
                 "`make apache-pulsar` (it needs Maven), or set MAGNETAR_APACHE_PULSAR_CLASSPATH "
                 "to a Pulsar distribution's lib, e.g. '/opt/pulsar/lib/*'"
             ) from None
@@ -159,59 +138,6 @@ def _classpath(explicit: str | None) -> str:
     return classpath
 
 
-def _archive_path(java: str, classpath: str) -> Path | None:
-    """Where the class data sharing archive of this JVM and classpath lives (None: nowhere
-    writable); a JDK or a Pulsar release of its own gets an archive of its own."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "magnetar"
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        jvm = Path(java).resolve()
-        identity = f"{jvm}:{jvm.stat().st_mtime_ns}:{classpath}"
-        # What a JVM whose parent died wrote as it exited (a live one renames it at once).
-        for pending in cache.glob("apache-pulsar-*.jsa.*"):
-            if time.time() - pending.stat().st_mtime > _STALE_ARCHIVE_S:
-                pending.unlink(missing_ok=True)
-    except OSError:
-        return None
-    return cache / f"apache-pulsar-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
-
-
-class _ClassSharing:
-    """Java's class data sharing for the broker: used when the archive exists, otherwise
-    written by the JVM as it exits (under a name of its own, put in place afterwards)."""
-
-    def __init__(self, archive: Path | None) -> None:
-        self.archive = archive
-        self._pending: Path | None = None
-
-    def options(self) -> list[str]:
-        self.discard()
-        if self.archive is None:
-            return []
-        if self.archive.exists():
-            return [f"-XX:SharedArchiveFile={self.archive}"]
-        self._pending = self.archive.with_name(f"{self.archive.name}.{uuid.uuid4().hex[:8]}")
-        return [f"-XX:ArchiveClassesAtExit={self._pending}"]
-
-    def keep(self) -> None:
-        """After a JVM that served has exited: put the archive it wrote in place."""
-        pending, self._pending = self._pending, None
-        if pending is None or self.archive is None:
-            return
-        try:
-            if pending.stat().st_size > 0 and not self.archive.exists():
-                pending.replace(self.archive)
-        except OSError:
-            pass
-        pending.unlink(missing_ok=True)
-
-    def discard(self) -> None:
-        """Drop what a JVM that never served wrote."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.unlink(missing_ok=True)
-
-
 class ApachePulsarStandalone:
     """An Apache Pulsar standalone in a JVM of its own, usable as a context manager.
 
@@ -221,8 +147,10 @@ class ApachePulsarStandalone:
     how often the broker pings its clients to find dead connections. ``quick_start`` compiles
     with the JIT's first tier only: a third of the CPU to start, for a slower broker at full
     load (right for tests, not for benchmarks). The classes loaded by the first start are
-    archived (class data sharing), which makes every later start cheaper. The process ends
-    when its parent does (on Linux), and :meth:`stop` shuts it down gracefully.
+    archived (class data sharing), which makes every later start cheaper. ``classpath`` (a
+    Java classpath, e.g. a Pulsar distribution's ``lib/*``) or ``classpath_file`` replace the
+    classpath ``make apache-pulsar`` wrote. The process ends when its parent does (on Linux),
+    and :meth:`stop` shuts it down gracefully.
     """
 
     def __init__(
@@ -235,6 +163,7 @@ class ApachePulsarStandalone:
         keep_alive_s: int = 30,
         quick_start: bool = False,
         classpath: str | None = None,
+        classpath_file: str | os.PathLike[str] = CLASSPATH_FILE,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
@@ -243,7 +172,8 @@ class ApachePulsarStandalone:
         self.keep_alive_s = keep_alive_s
         self.quick_start = quick_start
         self._explicit_classpath = classpath
-        self._class_sharing = _ClassSharing(None)
+        self._classpath_file = Path(classpath_file)
+        self._class_sharing = ClassSharing(None)
         self._log_offset = 0
         self.broker_port: int | None = None
         self.web_port: int | None = None
@@ -281,8 +211,8 @@ class ApachePulsarStandalone:
 
     def start(self) -> ApachePulsarStandalone:
         """Start the JVM and wait until the broker serves ``public/default``."""
-        java = _java()
-        classpath = _classpath(self._explicit_classpath)
+        java_binary = java()
+        classpath = _classpath(self._explicit_classpath, self._classpath_file)
         level = os.environ.get("MAGNETAR_BROKER_LOG_LEVEL", "warn").lower()
         if level not in _JUL_LEVELS:
             raise ApachePulsarError(
@@ -296,17 +226,18 @@ class ApachePulsarStandalone:
             raise ApachePulsarError(
                 f"cannot use {self.data_dir} as Apache Pulsar's data directory: {error.strerror}"
             ) from error
-        self._class_sharing = _ClassSharing(_archive_path(java, classpath))
+        self._class_sharing = ClassSharing(archive_path(java_binary, classpath))
         self.startup_s = None
         for attempt in range(_BIND_ATTEMPTS):
             launched = time.monotonic()
-            self._launch(java, classpath)
+            self._launch(java_binary, classpath)
             try:
                 self._wait_until_serving()
             except ApachePulsarError:
                 # Another process may have taken a port between choosing and binding it.
                 if attempt + 1 < _BIND_ATTEMPTS and _ADDRESS_IN_USE in self._log_since_launch():
                     continue
+                self._class_sharing.discard()
                 raise
             self.startup_s = time.monotonic() - launched
             return self
@@ -429,6 +360,8 @@ class ApachePulsarStandalone:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
+            if self._class_sharing.writing:  # the JVM writes its archive as it exits
+                timeout = max(timeout, _ARCHIVE_WRITE_S)
             try:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -18,7 +18,7 @@ import pytest
 
 from magnetar.worker.broker_policies import COMPACTION_THRESHOLD_BYTES
 from tests.cluster.conftest import Cluster, wait_until
-from tests.cluster.test_cluster import instance_processes, running, three_workers
+from tests.cluster.test_cluster import instance_processes, running
 from tests.conftest import ApachePulsar
 from tests.integration.conftest import collect, values
 from tests.worker.conftest import receive_until
@@ -168,7 +168,7 @@ def test_instances_consume_every_partition_of_their_input(
     )
     assert created.status_code == 204, created.text
     partitions = {f"persistent://public/default/{topic}-partition-{i}" for i in range(PARTITIONS)}
-    worker, _ = three_workers(cluster)[:2]
+    worker = cluster.start_worker("w1")
     response = cluster.create(
         worker,
         "parts",

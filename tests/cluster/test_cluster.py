@@ -115,7 +115,6 @@ class Stream:
             ) from None
 
 
-@pytest.mark.brokers("lite", "apache")
 def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     target = non_leader(cluster, workers)

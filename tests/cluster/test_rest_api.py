@@ -17,8 +17,6 @@ from tests.cluster.conftest import Cluster, Worker, wait_until, worker_env
 from tests.conftest import EXAMPLES, Broker
 from tests.integration.conftest import produce
 
-pytestmark = pytest.mark.brokers("lite", "apache")
-
 FUNCTIONS = "/admin/v3/functions/public/default"
 TIMEOUT_S = 4
 
@@ -81,6 +79,7 @@ def _form(config: dict[str, Any], example: str = "exclamation.py") -> dict[str, 
     }
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_register_get_list_update_delete(api: Api, tmp_path: Path) -> None:
     w0, w1, w2 = api.workers
     config = {"inputs": ["life-in"], "output": "life-out", "userConfig": {"greeting": "hi"}}
@@ -120,6 +119,7 @@ def test_register_get_list_update_delete(api: Api, tmp_path: Path) -> None:
     assert "life" not in api.call(w2, "GET", FUNCTIONS).json()
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_status_and_stats_are_answered_by_any_worker(
     api: Api, cluster_client: pulsar.Client
 ) -> None:
@@ -161,6 +161,7 @@ def test_status_and_stats_are_answered_by_any_worker(
     assert "has no instance 3" in missing.json()["reason"]
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_trigger_answers_with_the_output_for_that_value(api: Api, tmp_path: Path) -> None:
     for i, worker in enumerate(api.workers):
         answer = api.call(worker, "POST", f"{FUNCTIONS}/excl/trigger", data={"data": f"t{i}"})
@@ -232,6 +233,7 @@ def test_stop_start_and_restart_one_instance_or_all(api: Api) -> None:
     wait_until(lambda: api.status("excl")["numRunning"] == 3, 20, "all running again")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_worker_paths_metrics_and_docs(api: Api, cluster_client: pulsar.Client) -> None:
     w0, w1, w2 = api.workers
     produce(cluster_client, api.topic, [f"p{i}" for i in range(12)])
