@@ -1,8 +1,10 @@
 """Cluster latency: create -> all instances running, and leader failover, on three workers.
 
-Three ``magnetar worker start`` processes share one broker (their own embedded one unless
-``--broker-url``) and a system namespace of their own, with the default worker settings:
-only ``--liveness-timeout`` overrides one, and the JSON records the value in force.
+Three ``magnetar worker start`` processes share one broker and a system namespace of their
+own, with the default worker settings: only ``--liveness-timeout`` overrides one, and the JSON
+records the value in force. Everything runs on a fresh embedded pulsar-lite, then on a fresh
+Apache Pulsar standalone (whose admin API the workers are given), side by side in the JSON
+(``--broker`` picks one; ``--broker-url`` a running broker).
 
 * **create**: ``--repeat`` functions (distinct names, parallelism 3, the exclamation
   example), each created through a different worker in turn. Timed from the POST until the
@@ -19,7 +21,7 @@ only ``--liveness-timeout`` overrides one, and the JSON records the value in for
 The issue's targets: create -> running < 1 s median; failover < 5 s with default settings.
 
     python bench/cluster_latency.py [--repeat 7] [--failovers 5] [--liveness-timeout S]
-                                    [--broker-url URL]
+                                    [--broker lite|apache|both] [--broker-url URL]
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from typing import Any
 
 import httpx
 import pulsar
+from _brokers import Broker, add_broker_options, chosen, running, side_by_side
 
-from magnetar.broker import EmbeddedBroker, find_free_port
+from magnetar.broker import find_free_port
 from magnetar.client import create_client
 from magnetar.worker.config import WorkerConfig
 
@@ -562,24 +565,47 @@ def main() -> None:
         type=float,
         help="override the workers' liveness timeout (seconds) [default: the workers' own]",
     )
-    parser.add_argument("--broker-url")
+    add_broker_options(parser)
     parser.add_argument(
         "--output", default=str(ROOT / "bench" / "results" / "cluster_latency.json")
     )
     args = parser.parse_args()
 
+    results: dict[str, Any] = {"brokers": {}}
+    for name in chosen(args):
+        with running(name, args) as broker:
+            progress(f"== {name}: {broker.description}")
+            results["brokers"][name] = measure(broker, args)
+    for path in (
+        ("create", "cluster", "all_running", "median_s"),
+        ("create", "cluster", "first_output", "median_s"),
+        ("failover", "new_leader", "median_s"),
+        ("failover", "all_running", "median_s"),
+    ):
+        ratio = side_by_side(results["brokers"], path)
+        if ratio is not None:
+            results.setdefault("apache_over_lite", {})[".".join(path)] = ratio
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    for name, measured in results["brokers"].items():
+        print(f"\n{name}: {measured['broker']}")
+        print_table(measured)
+    print(f"\nwritten to {output}")
+
+
+def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    """Both phases on three workers of ``broker`` (given its admin API, if it has one)."""
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-cluster-"))
     run_id = uuid.uuid4().hex[:6]
-    broker = None
     cluster = None
     try:
-        url = args.broker_url
-        if url is None:
-            broker = EmbeddedBroker(root / "broker").start()
-            url = broker.service_url
+        url = broker.service_url
         env = {}
         if args.liveness_timeout is not None:
             env["MAGNETAR_LIVENESS_TIMEOUT_S"] = str(args.liveness_timeout)
+        if broker.admin_url:
+            env["MAGNETAR_PULSAR_ADMIN_URL"] = broker.admin_url
         cluster = Cluster(url, root, f"public/bench{run_id}", env)
         progress(f"starting 3 workers on {url} (namespace {cluster.namespace})")
         started = time.perf_counter()
@@ -592,7 +618,7 @@ def main() -> None:
         results: dict[str, Any] = {
             "workers": 3,
             "settings": settings(args.liveness_timeout),
-            "broker": "embedded pulsar-lite, default settings" if broker else url,
+            "broker": broker.description,
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "cluster_startup_s": startup_s,
@@ -609,17 +635,10 @@ def main() -> None:
         results["create"] = create_phase(cluster, workers, url, run_id, args.repeat)
         progress("failover (kill -9 of the leader):")
         results["failover"] = failover_phase(cluster, run_id, args.failovers)
-
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2))
-        print_table(results)
-        print(f"\nwritten to {output}")
+        return results
     finally:
         if cluster is not None:
             cluster.stop_all()
-        if broker is not None:
-            broker.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
