@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pulsar
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.testing import ApachePulsarStandalone
@@ -58,12 +61,30 @@ def running(name: str, args: argparse.Namespace) -> Iterator[Broker]:
                 yield Broker(name, lite.service_url, None, "embedded pulsar-lite, defaults")
             return
         with ApachePulsarStandalone(Path(data_dir), heap_mb=1024) as apache:
+            warm_up(apache.service_url)
             yield Broker(
                 name,
                 apache.service_url,
                 apache.admin_url,
                 f"Apache Pulsar standalone, 1 GiB heap, started in {apache.startup_s:.1f} s",
             )
+
+
+def warm_up(service_url: str, messages: int = 30_000) -> None:
+    """Send and read ``messages`` through a fresh JVM broker, so that the measurements see it
+    compiled (the first runs on a cold JIT were a third as fast), as a long-running one is."""
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        topic = f"warm-up-{uuid.uuid4().hex[:8]}"
+        consumer = client.subscribe(topic, "warm-up")
+        producer = client.create_producer(topic, block_if_queue_full=True)
+        for _ in range(messages):
+            producer.send_async(b"x" * 100, None)
+        producer.flush()
+        for _ in range(messages):
+            consumer.acknowledge(consumer.receive(10_000))
+    finally:
+        client.close()
 
 
 def side_by_side(results: dict[str, Any], path: tuple[str, ...]) -> dict[str, float] | None:
