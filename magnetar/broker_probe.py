@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from magnetar.broker import BrokerError
 
-__all__ = ["broker_addresses", "check_broker"]
+__all__ = ["broker_addresses", "check_broker", "server_version"]
 
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 
@@ -59,6 +59,67 @@ def check_broker(broker_url: str, timeout: float = 5.0) -> None:
         f"cannot reach the Pulsar broker at {broker_url} ({'; '.join(failures)}); "
         "is it running? Check --broker-url or MAGNETAR_BROKER_URL"
     )
+
+
+def server_version(broker_url: str, timeout: float = 2.0) -> str | None:
+    """What the broker at a ``pulsar://`` URL calls itself when it accepts a connection
+    (``Pulsar Server4.0.7``, ``Pulsar-Lite-0.1.0``); None when no host says (another scheme,
+    authentication required, not reachable)."""
+    if not broker_url.lower().startswith("pulsar://"):
+        return None
+    for host, port in broker_addresses(broker_url):
+        try:
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                sock.sendall(_CONNECT_FRAME)
+                header = _recv_exactly(sock, 8)
+                if len(header) < 8:
+                    continue
+                total, size = struct.unpack(">II", header)
+                if not 0 < size < total <= _MAX_FRAME:
+                    continue
+                command = _recv_exactly(sock, size)
+        except OSError:
+            continue
+        # BaseCommand: type (field 1) = CONNECTED (3); connected (field 3): server_version (1).
+        fields = _fields(command)
+        if fields.get(1) == 3 and isinstance(connected := fields.get(3), bytes):
+            version = _fields(connected).get(1)
+            if isinstance(version, bytes):
+                return version.decode(errors="replace")
+    return None
+
+
+def _fields(message: bytes) -> dict[int, int | bytes]:
+    """The varint and length-delimited fields of a protobuf message (the first of each)."""
+    fields: dict[int, int | bytes] = {}
+    position = 0
+    try:
+        while position < len(message):
+            key, position = _varint(message, position)
+            number, wire_type = key >> 3, key & 7
+            if wire_type == 0:
+                value, position = _varint(message, position)
+                fields.setdefault(number, value)
+            elif wire_type == 2:
+                length, position = _varint(message, position)
+                fields.setdefault(number, message[position : position + length])
+                position += length
+            else:  # fixed-size fields: none that matter here
+                break
+    except IndexError:
+        pass
+    return fields
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
 
 
 def _connect_frame() -> bytes:
