@@ -1,12 +1,26 @@
-# Everything a fresh machine needs: Python 3.11+ (and, for the Spark connector, Java 17).
+# Everything a fresh machine needs: Python 3.11+, and Java 17 with Maven (the Spark connector,
+# and the Apache Pulsar broker the suite also runs against).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The broker's classpath, resolved once by Maven (jars cached in ~/.m2); also the stamp.
+PULSAR_CLASSPATH := apache-pulsar/classpath.txt
 
-.PHONY: install demo test test-docker lint bench clean
+.PHONY: install apache-pulsar demo test test-docker lint bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(PULSAR_CLASSPATH)
+
+apache-pulsar: $(PULSAR_CLASSPATH)
+
+$(PULSAR_CLASSPATH): apache-pulsar/pom.xml
+	@command -v java >/dev/null || { echo "Apache Pulsar (for the tests) needs Java 17:" \
+		"install a JDK (apt-get install openjdk-17-jdk-headless) and run make again"; exit 1; }
+	@command -v mvn >/dev/null || { echo "Fetching Apache Pulsar (for the tests) needs Maven:" \
+		"install it (apt-get install maven) and run make again"; exit 1; }
+	cd apache-pulsar && mvn -q -B dependency:build-classpath -Dmdep.includeScope=runtime \
+		-Dmdep.outputFile=classpath.tmp
+	mv apache-pulsar/classpath.tmp $@
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -22,9 +36,11 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
-# The suite against a real Apache Pulsar in Docker (testcontainers); fails if no engine answers.
+# With a Docker engine: docker compose up (tests/docker), and the Apache Pulsar suites against
+# the apachepulsar/pulsar image instead of the standalone Maven fetched; fails if no engine answers.
 test-docker: install
 	MAGNETAR_REQUIRE_DOCKER=1 $(BIN)/python -m pytest tests/docker -m docker
+	$(BIN)/python -m pytest --brokers apache --apache-pulsar docker
 
 lint: install
 	$(BIN)/ruff check magnetar tests bench scripts
@@ -40,4 +56,5 @@ bench: install
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit 1; done
 
 clean:
-	rm -rf $(VENV) build bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+		$(PULSAR_CLASSPATH)

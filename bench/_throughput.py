@@ -12,7 +12,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -21,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
+from _brokers import add_broker_options, chosen, running, side_by_side
 
-from magnetar.broker import EmbeddedBroker
 from magnetar.instance import FunctionInstance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,13 +90,18 @@ def _summarize(rates: dict[str, list[float]], baseline: str, candidate: str) -> 
 
 
 def compare(
-    doc: str, result_name: str, baseline: tuple[str, Side], candidate: tuple[str, Side]
+    doc: str,
+    result_name: str,
+    baseline: tuple[str, Side],
+    candidate: tuple[str, Side],
+    brokers: str = "lite",
 ) -> None:
-    """The benchmark's ``main``: parse the flags, run both modes, write and print the results."""
+    """The benchmark's ``main``: parse the flags, run both sides in every mode on every broker
+    chosen, write and print the results."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--broker-url")
+    add_broker_options(parser, default=brokers)
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / f"{result_name}.json"))
     parser.add_argument("--phase-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -108,52 +112,53 @@ def compare(
         print("\n" + json.dumps(_phase(args.broker_url, args.messages, args.repeat, sides)))
         return
 
-    data_dir = tempfile.mkdtemp(prefix="magnetar-bench-")
-    broker = None
-    try:
-        url = args.broker_url
-        if url is None:
-            broker = EmbeddedBroker(data_dir).start()
-            url = broker.service_url
-        results: dict[str, Any] = {
-            "messages": args.messages,
-            "payload_bytes": len(PAYLOAD),
-            "repeat": args.repeat,
-            "cpus": os.cpu_count(),
-        }
-        modes: dict[str, list[str]] = {"unpinned": []}
-        if shutil.which("taskset"):
-            modes["pinned_cpu1"] = ["taskset", "-c", "1"]
-        for mode, prefix in modes.items():
-            print(f"{mode}:", file=sys.stderr, flush=True)
-            command = [
-                *prefix,
-                sys.executable,
-                os.path.abspath(sys.argv[0]),
-                "--phase-only",
-                "--broker-url",
-                url,
-                "--messages",
-                str(args.messages),
-                "--repeat",
-                str(args.repeat),
-            ]
-            out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
-            rates = json.loads(out.strip().splitlines()[-1])
-            results[mode] = _summarize(rates, baseline[0], candidate[0])
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2))
-        base, cand = f"{baseline[0]} msg/s", f"{candidate[0]} msg/s"
-        print(f"\n{'mode':<12} {base:>18} {cand:>18} {'ratio':>7}")
+    results: dict[str, Any] = {
+        "messages": args.messages,
+        "payload_bytes": len(PAYLOAD),
+        "repeat": args.repeat,
+        "cpus": os.cpu_count(),
+        "brokers": {},
+    }
+    modes: dict[str, list[str]] = {"unpinned": []}
+    if shutil.which("taskset"):
+        modes["pinned_cpu1"] = ["taskset", "-c", "1"]
+    for name in chosen(args):
+        with running(name, args) as broker:
+            print(f"{name} ({broker.description}):", file=sys.stderr, flush=True)
+            measured: dict[str, Any] = {"description": broker.description}
+            for mode, prefix in modes.items():
+                print(f" {mode}:", file=sys.stderr, flush=True)
+                command = [
+                    *prefix,
+                    sys.executable,
+                    os.path.abspath(sys.argv[0]),
+                    "--phase-only",
+                    "--broker-url",
+                    broker.service_url,
+                    "--messages",
+                    str(args.messages),
+                    "--repeat",
+                    str(args.repeat),
+                ]
+                out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
+                rates = json.loads(out.strip().splitlines()[-1])  # last line: other lines are noise
+                measured[mode] = _summarize(rates, baseline[0], candidate[0])
+            results["brokers"][name] = measured
+    for mode in modes:
+        for side in (baseline[0], candidate[0]):
+            ratio = side_by_side(results["brokers"], (mode, f"{side}_median"))
+            if ratio is not None:
+                results.setdefault("apache_over_lite", {}).setdefault(mode, {})[side] = ratio
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    base, cand = f"{baseline[0]} msg/s", f"{candidate[0]} msg/s"
+    print(f"\n{'broker':<8} {'mode':<12} {base:>18} {cand:>18} {'ratio':>7}")
+    for name, measured in results["brokers"].items():
         for mode in modes:
-            r = results[mode]
+            r = measured[mode]
             print(
-                f"{mode:<12} {r[f'{baseline[0]}_median']:>18,.0f} "
+                f"{name:<8} {mode:<12} {r[f'{baseline[0]}_median']:>18,.0f} "
                 f"{r[f'{candidate[0]}_median']:>18,.0f} {r['ratio']:>7.2f}"
             )
-        print(f"\nwritten to {output}")
-    finally:
-        if broker is not None:
-            broker.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    print(f"\nwritten to {output}")

@@ -1,7 +1,7 @@
 """Control-plane latency on three workers: create, update, start, restart, the CLI, failover.
 
-Three ``magnetar worker start`` processes share one broker (their own embedded one unless
-``--broker-url``) and a system namespace of their own, with the default worker settings:
+Three ``magnetar worker start`` processes share one broker and a system namespace of their
+own, with the default worker settings:
 only ``--liveness-timeout`` overrides one, and the JSON records the value in force. The
 function is the user_config example (parallelism 4), so an update is a visible change.
 
@@ -24,8 +24,13 @@ function is the user_config example (parallelism 4), so an update is a visible c
 Targets (issue 15): create -> all running < 1 s; update, start, restart < 2 s; `functions
 list` well under 0.5 s; failover < 5 s (medians).
 
+Everything runs on a fresh embedded pulsar-lite, then on a fresh Apache Pulsar standalone
+(whose admin API the workers are given), side by side in the JSON with Apache/lite ratios
+(``--broker`` picks one; ``--broker-url`` a running broker).
+
     python bench/cluster_latency.py [--repeat 7] [--failovers 3] [--cli-runs 10]
-                                    [--liveness-timeout S] [--broker-url URL] [--no-cold]
+                                    [--liveness-timeout S] [--broker lite|apache|both]
+                                    [--broker-url URL] [--no-cold]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import Any
 
 import httpx
 import pulsar
+from _brokers import Broker, add_broker_options, chosen, running, side_by_side
 from _cluster import (
     FUNCTIONS,
     ROOT,
@@ -56,7 +62,6 @@ from _cluster import (
     wait_until,
 )
 
-from magnetar.broker import EmbeddedBroker
 from magnetar.client import create_client
 from magnetar.worker.config import WorkerConfig
 
@@ -445,7 +450,7 @@ def main() -> None:
         type=float,
         help="override the workers' liveness timeout (seconds) [default: the workers' own]",
     )
-    parser.add_argument("--broker-url")
+    add_broker_options(parser)
     parser.add_argument(
         "--no-cold", action="store_true", help="skip the cluster without warm processes"
     )
@@ -454,41 +459,54 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    results: dict[str, Any] = {"brokers": {}}
+    for name in chosen(args):
+        with running(name, args) as broker:
+            progress(f"== {name}: {broker.description}")
+            results["brokers"][name] = measure(broker, args)
+    for path in (
+        ("operations", "create", "median_s"),
+        ("operations", "update", "median_s"),
+        ("operations", "restart", "median_s"),
+        ("failover", "new_leader", "median_s"),
+        ("failover", "all_running", "median_s"),
+    ):
+        ratio = side_by_side(results["brokers"], path)
+        if ratio is not None:
+            results.setdefault("apache_over_lite", {})[".".join(path)] = ratio
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    for name, measured in results["brokers"].items():
+        print(f"\n{name}: {measured['broker']}")
+        print_table(measured)
+    print(f"\nwritten to {output}")
+
+
+def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase on three workers of ``broker`` (given its admin API, if it has one)."""
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-cluster-"))
     run_id = uuid.uuid4().hex[:6]
-    broker = None
     clusters: list[Cluster] = []
     env = {}
     if args.liveness_timeout is not None:
         env["MAGNETAR_LIVENESS_TIMEOUT_S"] = str(args.liveness_timeout)
+    if broker.admin_url:
+        env["MAGNETAR_PULSAR_ADMIN_URL"] = broker.admin_url
+    url = broker.service_url
     try:
-        url = args.broker_url
-        if url is None:
-            broker = EmbeddedBroker(root / "broker").start()
-            url = broker.service_url
         cluster, workers, startup_s = start_cluster(url, root, run_id, "warm", env)
         clusters.append(cluster)
         results: dict[str, Any] = {
             "workers": 3,
             "parallelism": PARALLELISM,
             "settings": settings(args.liveness_timeout),
-            "broker": "embedded pulsar-lite, default settings" if broker else url,
+            "broker": broker.description,
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "load_average_at_start": os.getloadavg(),
             "cluster_startup_s": startup_s,
-            "definitions": {
-                "running": "the status's numRunning: the instance's consumers are subscribed",
-                "create": "POST -> numRunning == 4",
-                "update": "PUT (new userConfig) -> every instance running, numReceived 0",
-                "stop": "POST stop -> numRunning == 0",
-                "start": "POST start -> numRunning == 4",
-                "restart": "POST restart -> every instance running, numRestarts + 1",
-                "first_output": "publish time of the output for an input sent before the create",
-                "localrun_running_line": "localrun printed 'Running ...' (before subscribing)",
-                "cli": "wall time of the command in a fresh process, against a running worker",
-                "failover_all_running": "no instance on the killed worker, numRunning == 4",
-            },
+            "definitions": DEFINITIONS,
         }
         progress("operations (warm instance processes, the default):")
         warm = operations_phase(cluster, workers, run_id, args.repeat, "warm", localrun=True)
@@ -519,18 +537,25 @@ def main() -> None:
             warm["create_first_output"]["median_s"] / local["first_output"]["median_s"]
         )
         results["targets"] = targets(warm, results["cli"])
-
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2))
-        print_table(results)
-        print(f"\nwritten to {output}")
+        return results
     finally:
         for each in clusters:
             each.stop_all()
-        if broker is not None:
-            broker.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+DEFINITIONS = {
+    "running": "the status's numRunning: the instance's consumers are subscribed",
+    "create": "POST -> numRunning == 4",
+    "update": "PUT (new userConfig) -> every instance running, numReceived 0",
+    "stop": "POST stop -> numRunning == 0",
+    "start": "POST start -> numRunning == 4",
+    "restart": "POST restart -> every instance running, numRestarts + 1",
+    "first_output": "publish time of the output for an input sent before the create",
+    "localrun_running_line": "localrun printed 'Running ...' (before subscribing)",
+    "cli": "wall time of the command in a fresh process, against a running worker",
+    "failover_all_running": "no instance on the killed worker, numRunning == 4",
+}
 
 
 def print_table(results: dict[str, Any]) -> None:

@@ -4,10 +4,12 @@ pulsar-client loop, end to end, in the same run.
 Both read the same number of 100-byte messages from a topic of their own, produce the
 results (async, batched) and acknowledge each input after its output is persisted (the
 plain loop in each send's callback, as an ATLEAST_ONCE user would write it). Each side runs
-``--repeat`` times, alternating, unpinned and pinned to one core (``taskset -c 1``); the JSON
-holds every rate, the medians and the ratio of medians.
+``--repeat`` times, alternating, unpinned and pinned to one core (``taskset -c 1``), on the
+embedded pulsar-lite and on Apache Pulsar standalone, one after the other; the JSON holds every
+rate, the medians, the ratio of medians and each side's Apache / pulsar-lite ratio.
 
-    python bench/instance_throughput.py [--messages 100000] [--repeat 3] [--broker-url URL]
+    python bench/instance_throughput.py [--messages 100000] [--repeat 3]
+                                        [--broker lite|apache|both] [--broker-url URL]
 """
 
 from __future__ import annotations
@@ -70,4 +72,5 @@ if __name__ == "__main__":
         "instance_throughput",
         ("plain", plain_loop),
         ("magnetar", magnetar_instance),
+        brokers="both",
     )

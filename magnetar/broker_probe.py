@@ -13,7 +13,13 @@ from urllib.parse import urlsplit
 
 from magnetar.broker import BrokerError
 
-__all__ = ["broker_addresses", "broker_version", "check_broker", "protobuf_fields"]
+__all__ = [
+    "broker_addresses",
+    "broker_version",
+    "check_broker",
+    "protobuf_fields",
+    "server_version",
+]
 
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 
@@ -59,6 +65,16 @@ def check_broker(broker_url: str, timeout: float = 5.0) -> None:
         f"cannot reach the Pulsar broker at {broker_url} ({'; '.join(failures)}); "
         "is it running? Check --broker-url or MAGNETAR_BROKER_URL"
     )
+
+
+def server_version(broker_url: str, timeout: float = 2.0) -> str | None:
+    """What the broker at a ``pulsar://`` URL calls itself when it accepts a connection
+    (``Pulsar Server4.0.7``, ``Pulsar-Lite-0.1.0``); None when no host says (another scheme,
+    authentication required, not reachable)."""
+    try:
+        return broker_version(broker_url, timeout)
+    except BrokerError:
+        return None
 
 
 def _connect_frame() -> bytes:

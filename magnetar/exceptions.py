@@ -10,6 +10,7 @@ MagnetarError
  |        TriggerTimeoutError, AuthenticationError, AuthorizationError,
  |        BrokerAdminError (+-- BrokerAdminUnreachableError)
  +-- SparkConnectorError              (magnetar.spark_connector.exceptions)
+ +-- ApachePulsarError                (magnetar.testing.exceptions)
 """
 
 

@@ -1,4 +1,11 @@
-"""Shared fixtures: one real pulsar-lite broker per test session, clients, unique topics."""
+"""Shared fixtures: the brokers a test runs on, clients, unique topics.
+
+Every test that uses a broker runs on the embedded pulsar-lite; a test (or module) marked
+``@pytest.mark.brokers("lite", "apache")`` runs on Apache Pulsar as well, and one marked
+``brokers("apache")`` on Apache Pulsar alone. ``--brokers lite`` (or ``apache``) narrows a run
+to one of them. Apache Pulsar is one standalone for the whole run, from the jars
+``make apache-pulsar`` fetched (``--apache-pulsar docker``: the ``apachepulsar/pulsar`` image).
+"""
 
 from __future__ import annotations
 
@@ -7,27 +14,197 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+import httpx
 import pulsar
 import pytest
 
 from magnetar.broker import EmbeddedBroker
+from magnetar.testing import ApachePulsarError, ApachePulsarStandalone
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
+BROKERS = ("lite", "apache")
+"""What ``--brokers`` chooses from: pulsar-lite (embedded) and Apache Pulsar."""
+KEEP_ALIVE_S = 2
+"""How often a broker pings its clients: a paused or vanished one is found within ~2x this."""
+
+
+class Broker(Protocol):
+    """What tests need of a broker, embedded or Apache Pulsar."""
+
+    @property
+    def service_url(self) -> str: ...
+
+
+class ApachePulsar(Protocol):
+    """An Apache Pulsar broker with its admin API (standalone or in a container)."""
+
+    @property
+    def service_url(self) -> str: ...
+
+    @property
+    def admin_url(self) -> str: ...
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response: ...
+
+
+def admin_url_of(broker: Broker) -> str | None:
+    """The admin API of ``broker``: None for pulsar-lite, which has none."""
+    url = getattr(broker, "admin_url", None)
+    return str(url) if url is not None else None
+
+
+# --- which brokers a test runs on ------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("magnetar")
+    group.addoption(
+        "--brokers",
+        default=",".join(BROKERS),
+        help="the brokers to run on, comma-separated: lite (embedded pulsar-lite), apache "
+        "(Apache Pulsar standalone); default: both",
+    )
+    group.addoption(
+        "--apache-pulsar",
+        default="maven",
+        metavar="maven|docker|SERVICE_URL,ADMIN_URL",
+        help="where Apache Pulsar comes from: the jars `make apache-pulsar` fetched (default), "
+        "the apachepulsar/pulsar image on a Docker engine, or a running broker",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    chosen = _chosen_brokers(config)
+    unknown = chosen - set(BROKERS)
+    if unknown or not chosen:
+        raise pytest.UsageError(
+            f"--brokers {config.getoption('brokers')!r}: choose from {', '.join(BROKERS)}"
+        )
+    source = str(config.getoption("apache_pulsar"))
+    if source not in ("maven", "docker") and not _running_broker(source):
+        raise pytest.UsageError(
+            f"--apache-pulsar {source!r}: give maven, docker, or the service and admin URLs of a "
+            "running broker, e.g. pulsar://127.0.0.1:6650,http://127.0.0.1:8080"
+        )
+
+
+@dataclass(frozen=True)
+class RunningPulsar:
+    """An Apache Pulsar broker that runs already (``--apache-pulsar URL,URL``)."""
+
+    service_url: str
+    admin_url: str
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, self.admin_url + path, timeout=30, **kwargs)
+
+
+def _running_broker(source: str) -> RunningPulsar | None:
+    service_url, _, admin_url = source.partition(",")
+    if service_url.startswith("pulsar://") and admin_url.startswith("http"):
+        return RunningPulsar(service_url, admin_url.rstrip("/"))
+    return None
+
+
+def _chosen_brokers(config: pytest.Config) -> set[str]:
+    return {name.strip() for name in str(config.getoption("brokers")).split(",") if name.strip()}
+
+
+def _brokers_of(node: pytest.Item | Any) -> tuple[str, ...]:
+    marker = node.get_closest_marker("brokers")
+    return tuple(marker.args) if marker is not None else ("lite",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a test that uses a broker once per broker it is marked for (and chosen)."""
+    if "broker_kind" not in metafunc.fixturenames:
+        return
+    marked = _brokers_of(metafunc.definition)
+    chosen = [kind for kind in marked if kind in _chosen_brokers(metafunc.config)]
+    # A test none of whose brokers is chosen is deselected after collection.
+    metafunc.parametrize("broker_kind", chosen or marked[:1], indirect=True, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    chosen = _chosen_brokers(config)
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("broker_kind") if callspec is not None else None
+        runs_on = {kind} if kind is not None else set(_brokers_of(item))
+        (keep if runs_on & chosen else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """The embedded broker, on a free loopback port with a temporary data directory."""
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """``lite`` or ``apache``: the broker this test runs on."""
+    return str(getattr(request, "param", "lite"))
+
+
+# --- the brokers ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def apache_pulsar(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApachePulsar]:
+    """Apache Pulsar, started once for the run when the first test needs it."""
+    source = str(request.config.getoption("apache_pulsar"))
+    if source == "docker":
+        from tests.docker.container import pulsar_container
+
+        with pulsar_container() as container:
+            yield container
+        return
+    running = _running_broker(source)
+    if running is not None:
+        yield running
+        return
+    standalone = ApachePulsarStandalone(
+        tmp_path_factory.mktemp("apache-pulsar"), keep_alive_s=KEEP_ALIVE_S, quick_start=True
+    )
+    try:
+        standalone.start()
+    except ApachePulsarError as error:
+        pytest.fail(f"{error}\n(`pytest --brokers lite` runs without it)", pytrace=False)
+    try:
+        yield standalone
+    finally:
+        standalone.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(
+    broker_kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Broker]:
+    """The broker of this test: the embedded one on a free loopback port with a temporary
+    data directory, or the session's Apache Pulsar."""
+    if broker_kind == "apache":
+        yield request.getfixturevalue("apache_pulsar")
+        return
     with EmbeddedBroker(tmp_path_factory.mktemp("broker")) as running:
         yield running
 
 
 @pytest.fixture(scope="session")
-def broker_url(broker: EmbeddedBroker) -> str:
+def broker_url(broker: Broker) -> str:
     return broker.service_url
+
+
+@pytest.fixture(scope="session")
+def admin_url(broker: Broker) -> str | None:
+    """The broker's admin API (``--pulsar-admin-url``), None on pulsar-lite."""
+    return admin_url_of(broker)
 
 
 @pytest.fixture(scope="session")

@@ -198,7 +198,9 @@ class Membership:
             self._update()
             if self._leader:
                 self._leader_unreachable_since = None  # a later wait starts afresh
-            else:
+            elif message is None:
+                # Probing a paused leader blocks for a second: only when nothing is waiting, or
+                # the heartbeats a new active consumer is handed would go stale first.
                 self._watch_leader()
 
     def _record(self, message: Any) -> None:

@@ -1,4 +1,5 @@
-"""A cluster of `magnetar worker start` processes on one pulsar-lite broker."""
+"""A cluster of `magnetar worker start` processes on one broker: a pulsar-lite of their own, or
+the session's Apache Pulsar (whose admin API the workers are given, as in production)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pulsar
 import pytest
 
 from magnetar.broker import EmbeddedBroker, find_free_port
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, KEEP_ALIVE_S, Broker, admin_url_of
 
 
 @dataclass
@@ -150,21 +151,35 @@ class Cluster:
 
 
 @pytest.fixture(scope="session")
-def cluster_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """A broker of their own for the cluster tests, which kill and pause clients."""
-    with EmbeddedBroker(tmp_path_factory.mktemp("cluster-broker"), keep_alive_s=2) as broker:
+def cluster_broker(
+    broker_kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Broker]:
+    """A pulsar-lite of their own for the cluster tests, which kill and pause clients; or the
+    session's Apache Pulsar."""
+    if broker_kind == "apache":
+        yield request.getfixturevalue("apache_pulsar")
+        return
+    with EmbeddedBroker(
+        tmp_path_factory.mktemp("cluster-broker"), keep_alive_s=KEEP_ALIVE_S
+    ) as broker:
         yield broker
 
 
+def worker_env(broker: Broker) -> dict[str, str]:
+    """The workers' settings for ``broker``: its admin API where it has one."""
+    admin_url = admin_url_of(broker)
+    return {"MAGNETAR_PULSAR_ADMIN_URL": admin_url} if admin_url else {}
+
+
 @pytest.fixture
-def cluster(cluster_broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(cluster_broker.service_url, tmp_path)
+def cluster(cluster_broker: Broker, tmp_path: Path) -> Iterator[Cluster]:
+    running = Cluster(cluster_broker.service_url, tmp_path, worker_env(cluster_broker))
     yield running
     running.stop_all()
 
 
 @pytest.fixture(scope="session")
-def cluster_client(cluster_broker: EmbeddedBroker) -> Iterator[pulsar.Client]:
+def cluster_client(cluster_broker: Broker) -> Iterator[pulsar.Client]:
     client = pulsar.Client(
         cluster_broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
     )

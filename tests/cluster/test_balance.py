@@ -42,7 +42,7 @@ def test_a_dead_workers_instances_spread_and_it_gets_its_share_back(cluster: Clu
         created = cluster.create(
             workers[0], name, inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=4
         )
-        assert created.status_code == 200, created.text
+        assert created.status_code == 204, created.text
     wait_until(lambda: all_running(cluster, workers[0]), 60, "eight instances running")
     assert sorted(loads(cluster.assignments(workers[0])).values()) == [2, 2, 2, 2]
     leader = cluster.leader_id(workers[0])

@@ -13,6 +13,7 @@ from signal import SIGCONT
 
 import httpx
 import pulsar
+import pytest
 
 from magnetar.worker.runtime import INSTANCE_PROCESS_NAME
 from tests.cluster.conftest import Cluster, Worker, wait_until
@@ -139,7 +140,7 @@ def test_update_and_restart_run_every_instance_anew_on_three_workers(
         parallelism=4,
         userConfig={"greeting": "Hello"},
     )
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     wait_until(lambda: running(cluster, workers[1], "greeter") == 4, 30, "all 4 running")
     hosts = {i["status"]["workerId"] for i in cluster.status(workers[2], "greeter")["instances"]}
     assert hosts == {"w1", "w2", "w3"}
@@ -173,7 +174,7 @@ def test_update_and_restart_run_every_instance_anew_on_three_workers(
         data={"functionConfig": json.dumps(config)},
         timeout=30,
     )
-    assert updated.status_code == 200, updated.text
+    assert updated.status_code == 204, updated.text
     wait_until(lambda: len(processes() - first) == 4, 30, "4 new instance processes")
     wait_until(lambda: running(cluster, workers[0], "greeter") == 4, 30, "all 4 running")
     assert outputs(8) == ["Hi"] * 8
@@ -182,7 +183,7 @@ def test_update_and_restart_run_every_instance_anew_on_three_workers(
     restarted = httpx.post(
         f"{workers[2].url}/admin/v3/functions/public/default/greeter/restart", timeout=30
     )
-    assert restarted.status_code == 200, restarted.text
+    assert restarted.status_code == 204, restarted.text
     wait_until(lambda: len(processes() - second) == 4, 30, "4 new instance processes")
     wait_until(lambda: running(cluster, workers[0], "greeter") == 4, 30, "all 4 running")
     restarts = [
@@ -193,6 +194,7 @@ def test_update_and_restart_run_every_instance_anew_on_three_workers(
     assert not processes() & (first | second)
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     topic = f"in-{uuid.uuid4().hex[:6]}"
@@ -204,6 +206,7 @@ def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
     assert conflict.json()["reason"] == "Function twin already exists"
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_kill_a_non_leader_under_a_stream_loses_nothing(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -240,6 +243,7 @@ def test_kill_a_non_leader_under_a_stream_loses_nothing(
     stream.stop_and_check()
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -305,6 +309,7 @@ def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) 
     wait_until(lambda: running(cluster, witness, "spread") == 6, 10, "all running")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_a_paused_leader_cannot_corrupt_the_cluster(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -355,6 +360,7 @@ def test_a_paused_leader_cannot_corrupt_the_cluster(
     wait_until(lambda: running(cluster, others[0], "after-pause") == 1, 10, "still running")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> None:
     workers = three_workers(cluster)
     topic = f"in-{uuid.uuid4().hex[:6]}"
@@ -394,6 +400,7 @@ def test_a_crashed_instance_is_restarted_and_counted(cluster: Cluster) -> None:
     wait_until(lambda: running(cluster, worker, "fragile") == 1, 10, "running again")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_update_scales_and_restarts_and_delete_stops(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:

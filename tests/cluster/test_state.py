@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pulsar
+import pytest
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_cluster import instance_processes, running, three_workers
@@ -75,6 +76,7 @@ def create_word_count(
     assert response.status_code == 204, response.text
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_state_routes_answer_with_pulsar_function_state(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -257,6 +259,7 @@ def test_querystate_and_putstate_from_the_cli(cluster: Cluster) -> None:
         watch.wait(10)
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_deleting_a_function_deletes_its_state_unless_kept(cluster: Cluster) -> None:
     worker = cluster.start_worker("w1")
     topic = f"words-{uuid.uuid4().hex[:6]}"
@@ -301,6 +304,7 @@ def test_word_count_with_parallelism_3_is_exact_from_every_worker(
     assert sum(1 for n in received if n > 0) >= 2, received  # instances counted side by side
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_effectively_once_word_count_is_exact_after_kill_9_of_an_instance_and_a_worker(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:

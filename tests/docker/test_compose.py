@@ -14,7 +14,8 @@ import pulsar
 import pytest
 
 from tests.conftest import EXAMPLES, ROOT
-from tests.docker.conftest import compose_problem, consume, produce, require, texts, wait_until
+from tests.docker.conftest import consume, produce, require, texts, wait_until
+from tests.docker.container import compose_problem
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]  # the first build takes minutes
 

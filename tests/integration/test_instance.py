@@ -19,6 +19,7 @@ from tests.conftest import EXAMPLES
 from tests.integration.conftest import RunFunction, collect, produce, values, wait_for
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_exclamation_class_outputs_each_input_with_pulsar_properties(
     client: pulsar.Client, run_function: RunFunction, topic: str
 ) -> None:
@@ -160,6 +161,7 @@ def test_logs_go_to_the_log_topic(
     assert logs[2].properties()["fqn"].startswith("public/default/")
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_user_exception_is_counted_and_the_instance_goes_on(
     client: pulsar.Client, run_function: RunFunction, topic: str
 ) -> None:
@@ -231,6 +233,7 @@ def test_state_without_a_store_says_it_is_not_configured(
     assert "state is not configured for function public/default/" in message
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_atmost_once_does_not_redeliver_failures(
     client: pulsar.Client, run_function: RunFunction, topic: str
 ) -> None:
@@ -244,6 +247,7 @@ def test_atmost_once_does_not_redeliver_failures(
     assert instance.metrics.user_exceptions == 1
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_manual_ack_leaves_unacked_messages_for_redelivery(
     client: pulsar.Client, run_function: RunFunction, topic: str
 ) -> None:
@@ -296,6 +300,22 @@ def test_topics_pattern_on_a_broker_that_cannot_list_topics(
         run_function("exclamation.py", topics_pattern=f"{topic}-p.*", output=f"{topic}-pout")
 
 
+@pytest.mark.brokers("apache")
+def test_topics_pattern_consumes_every_matching_topic(
+    client: pulsar.Client, run_function: RunFunction, topic: str
+) -> None:
+    for suffix in ("p1", "p2", "other"):
+        produce(client, f"{topic}-{suffix}", [suffix])
+    run_function("exclamation.py", topics_pattern=f"{topic}-p.*", output=f"{topic}-out")
+    out = collect(client, f"{topic}-out", 2)
+    assert sorted(values(out)) == ["p1!", "p2!"]
+    assert {m.properties()["__pfn_input_topic__"] for m in out} == {
+        f"persistent://public/default/{topic}-p1",
+        f"persistent://public/default/{topic}-p2",
+    }
+
+
+@pytest.mark.brokers("lite", "apache")
 def test_effectively_once_processes_each_input_once_with_retries(
     client: pulsar.Client, run_function: RunFunction, topic: str
 ) -> None:
@@ -369,6 +389,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_an_ordered_instance_killed_mid_stream_is_taken_over_and_loses_nothing(
     client: pulsar.Client, broker_url: str, run_function: RunFunction, topic: str
 ) -> None:
@@ -436,6 +457,7 @@ def test_missing_code_is_reported_on_start(client: pulsar.Client, topic: str) ->
         instance.start()
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_output_too_large_for_the_broker_is_dead_lettered_not_lost(
     client: pulsar.Client, run_function: RunFunction, topic: str
 ) -> None:

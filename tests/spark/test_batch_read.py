@@ -15,6 +15,7 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["unbatched", "batched"])
+@pytest.mark.brokers("lite", "apache")
 def test_reads_every_message_exactly_once(
     spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str, batched: bool
 ) -> None:
@@ -113,6 +114,7 @@ def test_range_by_publish_time(
     assert texts(frame) == [f"middle{i}" for i in range(10)]
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_several_topics_one_partition_each(
     spark: SparkSession, client: pulsar.Client, broker_url: str, topic: str
 ) -> None:
