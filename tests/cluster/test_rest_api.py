@@ -198,6 +198,8 @@ def test_trigger_answers_with_the_output_for_that_value(api: Api, tmp_path: Path
         **_form({"inputs": ["quiet-in"], "output": "quiet-out"}),
     )
     assert quiet.status_code == 204
+    # running first: a stop recorded before the instance ran would pass the wait below at once
+    wait_until(lambda: api.status("quiet")["numRunning"] == 1, 20, "quiet running")
     assert api.call(api.workers[1], "POST", f"{FUNCTIONS}/quiet/stop").status_code == 204
     # stop returns once recorded (as in Apache Pulsar); the instance drains after that
     wait_until(lambda: api.status("quiet")["numRunning"] == 0, 15, "quiet stopped")

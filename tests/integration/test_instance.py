@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -317,10 +319,10 @@ def test_topics_pattern_consumes_every_matching_topic(
 
 @pytest.mark.brokers("lite", "apache")
 def test_effectively_once_processes_each_input_once_with_retries(
-    client: pulsar.Client, run_function: RunFunction, topic: str
+    client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
 ) -> None:
-    source = EXAMPLES.parent / "build" / "flaky_once_fn.py"
-    source.parent.mkdir(exist_ok=True)
+    # a module of its own per run: its ``failed`` set must start empty on each broker
+    source = tmp_path / f"flaky_once_{uuid.uuid4().hex[:8]}.py"
     source.write_text(
         "failed = set()\n"
         "def process(input):\n"
