@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import signal
-
 import click
 
 from magnetar.cli.context import CliContext
+from magnetar.cli.interrupts import STOP
 from magnetar.cli.lazy import LazyGroup
 
 __all__ = ["CliContext", "main"]
@@ -66,6 +65,8 @@ def main(
     output_format: str,
 ) -> None:
     """Magnetar: run Apache Pulsar Functions from Python."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # see magnetar.cli
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if STOP.requested:  # Ctrl-C while the command line loaded: nothing began, nothing to do
+        ctx.exit(0)
+    if ctx.invoked_subcommand != "functions":
+        STOP.release()  # as click does; `functions` decides for localrun
     ctx.obj = CliContext(admin_url, broker_url, auth_token, output_format)

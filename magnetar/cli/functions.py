@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from magnetar.cli.function_admin import register_admin_commands
+from magnetar.cli.interrupts import STOP
 from magnetar.cli.localrun import localrun
 from magnetar.cli.state import putstate, querystate
 
@@ -16,8 +17,11 @@ __all__ = ["functions"]
 
 
 @click.group()
-def functions() -> None:
+@click.pass_context
+def functions(ctx: click.Context) -> None:
     """Manage and run functions (like `pulsar-admin functions`)."""
+    if ctx.invoked_subcommand != "localrun":
+        STOP.release()  # localrun stops on a request; every other command as click does
 
 
 register_admin_commands(functions)

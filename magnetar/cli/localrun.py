@@ -11,18 +11,17 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from magnetar.cli.admin import fqfn_options, resolve_fqfn
 from magnetar.cli.function_flags import config_from_flags, function_config_options
+from magnetar.cli.interrupts import STOP
 from magnetar.cli.render import emit_json, table
 from magnetar.exceptions import MagnetarError
 
@@ -43,7 +42,6 @@ _NOT_USED = {
     "progress table (or --output json) reports their metrics",
 }
 _IDENTITY = ("tenant", "namespace", "name")
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _HEADERS = (
     "instance",
     "running",
@@ -178,33 +176,33 @@ def localrun(
           --classname exclamation.ExclamationFunction --inputs in --output out
     """
     try:
-        with _interrupted_by_signals():
-            from magnetar.client import Connection  # pulsar loads only when a command needs it
+        _stop_point()
+        from magnetar.client import Connection  # pulsar loads only when a command needs it
 
-            code = _start(
-                obj,
-                _config(tenant, namespace, name, fqfn, function_config_file, flags),
-                broker_service_url or obj.broker_url,
-                LocalRunSettings(
-                    Connection(
-                        client_auth_plugin,
-                        client_auth_params,
-                        use_tls,
-                        tls_allow_insecure,
-                        hostname_verification_enabled,
-                        tls_trust_cert_path,
-                    ),
-                    (
-                        secrets_provider_classname,
-                        _json(secrets_provider_config, "--secrets-provider-config"),
-                    ),
-                    instance_id_offset,
-                    data_dir,
-                    state_dir,
-                    status_interval,
+        code = _start(
+            obj,
+            _config(tenant, namespace, name, fqfn, function_config_file, flags),
+            broker_service_url or obj.broker_url,
+            LocalRunSettings(
+                Connection(
+                    client_auth_plugin,
+                    client_auth_params,
+                    use_tls,
+                    tls_allow_insecure,
+                    hostname_verification_enabled,
+                    tls_trust_cert_path,
                 ),
-            )
-    except KeyboardInterrupt:  # before the instances ran: nothing to finish
+                (
+                    secrets_provider_classname,
+                    _json(secrets_provider_config, "--secrets-provider-config"),
+                ),
+                instance_id_offset,
+                data_dir,
+                state_dir,
+                status_interval,
+            ),
+        )
+    except _StartAbandonedError:  # nothing to finish
         click.echo("Stopped before the function started", err=True)
         return
     if code:
@@ -234,6 +232,7 @@ def _start(
         _broker(broker_url, settings.data_dir) as service_url,
         _state_dir(settings.state_dir, broker_url, settings.data_dir) as state_path,
     ):
+        _stop_point()
         run = LocalRun(
             config,
             service_url,
@@ -248,6 +247,7 @@ def _start(
             run.check()
         except MagnetarError as error:
             raise click.ClickException(str(error)) from None
+        _stop_point()
         return _run(run, config, service_url, json_output)
 
 
@@ -283,31 +283,26 @@ def _run(run: LocalRun, config: FunctionConfig, service_url: str, json_output: b
         "Ctrl-C to stop (twice to kill)",
         err=True,
     )
-    previous = {sig: signal.signal(sig, lambda *_: run.stop()) for sig in _SIGNALS}
+    STOP.listen(run.stop)  # a request from now on stops the instances (twice: kills them)
     try:
         code = run.run()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        STOP.listen(None)
     _final(run.snapshots, json_output)
     for instance_id, failure in sorted(run.errors.items()):
         click.echo(f"instance {instance_id} failed: {failure}", err=True)
     return code
 
 
-@contextlib.contextmanager
-def _interrupted_by_signals() -> Iterator[None]:
-    """Until the instances run, SIGTERM interrupts as Ctrl-C does (KeyboardInterrupt)."""
+class _StartAbandonedError(Exception):
+    """Ctrl-C (or SIGTERM) came before the instances ran."""
 
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in _SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def _stop_point() -> None:
+    """Where a start may end: before the broker, before the code is checked, before the
+    instances start."""
+    if STOP.requested:
+        raise _StartAbandonedError
 
 
 def _json(value: str | None, flag: str) -> Any:
