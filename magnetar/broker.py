@@ -104,6 +104,8 @@ class EmbeddedBroker:
         self._process: subprocess.Popen[bytes] | None = None
         self._healer: BrokerHealer | None = None
         self._lifecycle = threading.Lock()
+        self._wanted = False
+        """Between start() and stop(): a broker that is not running must be started again."""
         # The broker dies with the *thread* that started it (PR_SET_PDEATHSIG), so every start,
         # the healer's restarts included, runs on this one thread, which lives until stop().
         self._spawner: ThreadPoolExecutor | None = None
@@ -139,11 +141,12 @@ class EmbeddedBroker:
                 self._spawner.shutdown()
                 self._spawner = None
                 raise
+            self._wanted = True
         if self.heal:
             self._healer = BrokerHealer(self.log_path, self.restart, self._has_exited).start()
         return self
 
-    def restart(self, reason: str = "asked to") -> None:
+    def restart(self) -> None:
         """Stop the broker and start it again on the same port and data directory; clients
         reconnect by themselves. The healer calls this; tests and benchmarks may too."""
         with self._lifecycle:
@@ -151,8 +154,13 @@ class EmbeddedBroker:
             self._launch(restart=True)
 
     def _has_exited(self) -> bool:
-        process = self._process
-        return process is not None and process.poll() is not None
+        """Whether the broker should run but does not (False while it is being restarted)."""
+        if not self._lifecycle.acquire(blocking=False):
+            return False
+        try:
+            return self._wanted and (self._process is None or self._process.poll() is not None)
+        finally:
+            self._lifecycle.release()
 
     def _launch(self, restart: bool) -> None:
         binary = _find_binary()
@@ -235,6 +243,7 @@ class EmbeddedBroker:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the healer, then the broker: SIGTERM, then SIGKILL if it does not exit
         within ``timeout``."""
+        self._wanted = False
         if self._healer is not None:
             self._healer.stop()
         with self._lifecycle:

@@ -81,24 +81,26 @@ class Heal:
 class BrokerHealer:
     """Watches a broker's log (and its process) from a thread and restarts it when needed.
 
-    ``restart(reason)`` is called on this thread, which therefore stays alive until
-    :meth:`stop`: the broker dies with the thread that started it (PR_SET_PDEATHSIG).
-    ``settle_s`` gathers the resets of a dying process tree into one restart.
+    ``settle_s`` gathers the resets of a dying process tree into one restart, and restarts
+    are at least ``min_interval_s`` apart, so that a client resetting its connections over
+    and over cannot keep the broker down.
     """
 
     def __init__(
         self,
         log_path: Path,
-        restart: Callable[[str], None],
+        restart: Callable[[], None],
         has_exited: Callable[[], bool],
         poll_s: float = 0.05,
         settle_s: float = 0.1,
+        min_interval_s: float = 1.0,
     ) -> None:
         self.log_path = log_path
         self._restart = restart
         self._has_exited = has_exited
         self.poll_s = poll_s
         self.settle_s = settle_s
+        self.min_interval_s = min_interval_s
         self.heals: list[Heal] = []
         self._detector = LeakDetector()
         self._offset = self._size()
@@ -123,18 +125,23 @@ class BrokerHealer:
 
     def _run(self) -> None:
         failures = 0
+        reason: str | None = None
         while not self._stopping.wait(self.poll_s):
-            reason = self._why_heal()
+            reason = reason or self._why_heal()
             if reason is None:
                 continue
             seen = time.time()
-            if self._stopping.wait(self.settle_s):
+            pause = self.settle_s
+            if self.heals:
+                last = self.heals[-1]
+                pause = max(pause, self.min_interval_s - (seen - last.at - last.took_s))
+            if self._stopping.wait(pause):
                 return
             for line in self._read_lines():  # a dying process tree's other resets: one restart
                 self._detector.feed(line)
             try:
-                self._restart(reason)
-            except Exception as error:  # keep watching: the next poll tries again
+                self._restart()
+            except Exception as error:  # try again, a little later each time
                 failures += 1
                 log.error("could not restart the embedded broker (%s): %s", reason, error)
                 self._stopping.wait(min(10.0, 0.5 * 2**failures))
@@ -142,10 +149,11 @@ class BrokerHealer:
             failures = 0
             heal = Heal(seen, reason, time.time() - seen)
             self.heals.append(heal)
+            reason = None
             log.warning(
                 "restarted the embedded broker in %.2f s: %s; clients reconnect by themselves",
                 heal.took_s,
-                reason,
+                heal.reason,
             )
 
     def _why_heal(self) -> str | None:

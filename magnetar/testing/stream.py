@@ -2,8 +2,9 @@
 
 The producer blocks when its queue is full (``send_async`` would otherwise fail the excess
 with ProducerQueueIsFull, which looks like lost messages) and counts every failed send.
-Outputs are read from the start of the output topic and matched to their input by value;
-their publish times (set by the instance that produced them) show gaps in the output.
+Outputs are read from the start of the output topic and matched to their input by value (a
+message the checker is handed again, as after a broker restart, counts once); their publish
+times (set by the instance that produced them) show gaps in the output.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Stream:
         self.outputs: Counter[str] = Counter()
         self.output_times: list[float] = []
         """Publish time (seconds since the epoch) of every output, in arrival order."""
+        self._output_ids: set[str] = set()
         self._input_of = input_of
         self._lock = threading.Lock()
         self._producing = threading.Event()
@@ -109,6 +111,9 @@ class Stream:
             self._consumer.acknowledge(message)
             source = self._input_of(message.data().decode())
             with self._lock:
+                if str(message.message_id()) in self._output_ids:
+                    continue
+                self._output_ids.add(str(message.message_id()))
                 self.outputs[source] += 1
                 self.output_times.append(message.publish_timestamp() / 1000)
 
