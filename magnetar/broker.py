@@ -24,7 +24,7 @@ from types import TracebackType
 from magnetar.broker_healer import BrokerHealer, Heal
 from magnetar.exceptions import MagnetarError
 
-__all__ = ["BrokerError", "EmbeddedBroker", "find_free_port"]
+__all__ = ["BrokerError", "EmbeddedBroker", "dying_with_parent", "find_free_port"]
 
 _CONFIG = "[metrics]\nenabled = false\n"
 _PR_SET_PDEATHSIG = 1
@@ -55,10 +55,27 @@ _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
 
 def _die_with_parent() -> None:
-    """In the broker's process before exec: on Linux, end it if its parent dies abruptly, so
-    a killed `magnetar standalone` or test run leaves no broker behind."""
+    """A ``preexec_fn``: on Linux, end the child if its parent dies abruptly. Only safe while
+    the parent has a single thread (a lock another thread held at the fork stays locked in
+    the child); the broker is started through :func:`dying_with_parent` instead."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_EXEC_DYING_WITH_PARENT = """\
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG, kept across exec
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def dying_with_parent(command: list[str]) -> list[str]:
+    """``command``, run so that on Linux it ends (SIGTERM) when the thread that started it
+    dies, so a killed `magnetar standalone` or test run leaves no broker behind. A fresh,
+    single-threaded interpreter sets this up and then becomes ``command`` (exec): doing it
+    between fork and exec in a process with threads (pulsar-client's) can deadlock."""
+    return [sys.executable, "-I", "-S", "-c", _EXEC_DYING_WITH_PARENT, *command]
 
 
 def _find_binary() -> str:
@@ -182,24 +199,24 @@ class EmbeddedBroker:
         assert self._spawner is not None, "start() first"
         log = self.log_path.open("ab")
         try:
+            command = [
+                binary,
+                "--config",
+                str(config),
+                "--addr",
+                f"{self.host}:{self.port}",
+                "--db-path",
+                str(self.data_dir / "db"),
+                "--log-level",
+                os.environ.get("MAGNETAR_BROKER_LOG_LEVEL", "warn"),
+            ]
             self._process = self._spawner.submit(
                 subprocess.Popen,
-                [
-                    binary,
-                    "--config",
-                    str(config),
-                    "--addr",
-                    f"{self.host}:{self.port}",
-                    "--db-path",
-                    str(self.data_dir / "db"),
-                    "--log-level",
-                    os.environ.get("MAGNETAR_BROKER_LOG_LEVEL", "warn"),
-                ],
+                dying_with_parent(command),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,  # Ctrl-C reaches us, and we stop the broker last
-                preexec_fn=_die_with_parent,  # one C call between fork and exec, no locks
             ).result()
         finally:
             log.close()

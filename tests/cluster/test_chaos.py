@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
+import httpx
 import pulsar
 import pytest
 
@@ -97,18 +99,50 @@ def test_kill_9_of_workers_with_their_instances_loses_nothing(
 
 
 def test_a_broker_restart_under_a_stream_loses_nothing(
-    cluster: Cluster, cluster_broker: EmbeddedBroker, stream: tuple[list[Worker], Stream]
+    cluster: Cluster,
+    cluster_broker: EmbeddedBroker,
+    cluster_client: pulsar.Client,
+    stream: tuple[list[Worker], Stream],
 ) -> None:
     workers, inputs = stream
+    # and a word count whose state journal lives on the broker too
+    words = f"words-{uuid.uuid4().hex[:6]}"
+    created = cluster.create(
+        workers[1],
+        "wc",
+        "word_count.py",
+        className="word_count.WordCountFunction",
+        inputs=[words],
+        processingGuarantees="EFFECTIVELY_ONCE",
+        subscriptionPosition="Earliest",
+    )
+    assert created.status_code == 200, created.text
+    lines = [f"restart {'again ' * (i % 3)}n{i % 7}" for i in range(600)]
+    expected = Counter(word for line in lines for word in line.split())
+    producer = cluster_client.create_producer(words, block_if_queue_full=True)
+    for line in lines[:300]:
+        producer.send_async(line.encode(), None)
     time.sleep(2)
     leader = cluster.leader_id(workers[0])
     cluster_broker.restart()
-    time.sleep(2)
+    for line in lines[300:]:
+        producer.send_async(line.encode(), None)
+    producer.flush()
     wait_until(lambda: all_running(cluster, workers[1]), 10, "every instance running")
     assert {cluster.leader_id(w) for w in workers} == {leader}
     assert_every_input_has_its_output(inputs)
-    # the control plane works as before: a new function runs and answers
+    wait_until(lambda: counts(workers[2], list(expected)) == expected, 30, "exact word counts")
+    # the control plane works as before: a new function runs
     topic = f"after-{uuid.uuid4().hex[:6]}"
     created = cluster.create(workers[2], "after", inputs=[topic], output=f"{topic}-out")
     assert created.status_code == 200, created.text
     wait_until(lambda: cluster.num_running(workers[0], "after") == 1, 10, "the new function runs")
+
+
+def counts(worker: Worker, words: list[str]) -> dict[str, int]:
+    found = {}
+    for word in words:
+        response = httpx.get(f"{worker.url}/admin/v3/functions/public/default/wc/state/{word}")
+        if response.status_code == 200:
+            found[word] = response.json()["numberValue"]
+    return found
