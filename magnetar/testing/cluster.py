@@ -161,7 +161,7 @@ class LocalCluster:
         """The same worker id on the same port and data directory."""
         return self.start_worker(worker.worker_id, port=worker.port)
 
-    def wait_ready(self, worker: WorkerProcess, timeout: float = 30.0) -> None:
+    def wait_ready(self, worker: WorkerProcess, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not worker.alive():
