@@ -81,7 +81,7 @@ def test_kill_9_of_workers_with_their_instances_loses_nothing(
         victim.kill(with_instances=True)
         witness = next(w for w in cluster.alive())
         wait_until(
-            lambda v=victim, w=witness: (  # type: ignore[misc]
+            lambda v=victim, w=witness: (
                 v.worker_id not in cluster.assignments(w) and all_running(cluster, w)
             ),
             FAILOVER_S,
@@ -91,7 +91,7 @@ def test_kill_9_of_workers_with_their_instances_loses_nothing(
         restarted = cluster.restart(victim)
         workers[workers.index(victim)] = restarted
         wait_until(
-            lambda w=witness: len(cluster.get(w, "/admin/v2/worker/cluster")) == 3,  # type: ignore[misc]
+            lambda w=witness: len(cluster.get(w, "/admin/v2/worker/cluster")) == 3,
             10,
             "the killed worker back in the membership",
         )
