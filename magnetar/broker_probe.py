@@ -100,20 +100,32 @@ def _check_host(host: str, port: int, timeout: float, handshake: bool) -> str | 
                 return None
             sock.sendall(_CONNECT_FRAME)
             header = _recv_exactly(sock, 8)
+            rest = _frame_size(header)
+            if rest is not None:
+                # Read the frame to its end: closing with bytes unread resets the connection,
+                # which the embedded broker's healer would take for a client that died.
+                _recv_exactly(sock, rest)
     except TimeoutError:
         return f"no answer within {timeout:g} s"
     except OSError as error:
         return error.strerror or str(error) or type(error).__name__
     if not header:
         return "closed the connection without answering as a Pulsar broker"
-    if len(header) < 8:
-        return "answered, but not as a Pulsar broker"
-    total, size = struct.unpack(">II", header)
     # Any well-formed frame will do: an ERROR (e.g. authentication required) still means
     # a broker is there, and the real client reports it better.
-    if not 0 < size < total <= _MAX_FRAME:
+    if _frame_size(header) is None:
         return "answered, but not as a Pulsar broker"
     return None
+
+
+def _frame_size(header: bytes) -> int | None:
+    """The bytes of the frame after its 8-byte ``header``; None if it is not a Pulsar frame."""
+    if len(header) < 8:
+        return None
+    total, size = struct.unpack(">II", header)
+    if not 0 < size < total <= _MAX_FRAME:
+        return None
+    return int(total) - 4
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:

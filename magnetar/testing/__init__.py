@@ -1,7 +1,15 @@
-"""Running Magnetar against the real thing: an Apache Pulsar standalone for tests and
-benchmarks (needs Java 17 and the jars ``make apache-pulsar`` fetches)."""
+"""Running and testing Magnetar: an Apache Pulsar standalone for tests and benchmarks (needs
+Java 17 and the jars ``make apache-pulsar`` fetches), and a local cluster of worker processes."""
 
 from magnetar.testing.apache_pulsar import CLASSPATH_FILE, ApachePulsarStandalone
+from magnetar.testing.cluster import LocalCluster, WorkerProcess, wait_until
 from magnetar.testing.exceptions import ApachePulsarError
 
-__all__ = ["CLASSPATH_FILE", "ApachePulsarError", "ApachePulsarStandalone"]
+__all__ = [
+    "CLASSPATH_FILE",
+    "ApachePulsarError",
+    "ApachePulsarStandalone",
+    "LocalCluster",
+    "WorkerProcess",
+    "wait_until",
+]

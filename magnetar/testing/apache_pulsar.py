@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from magnetar.broker import _die_with_parent, find_free_port
+from magnetar.broker import dying_with_parent, find_free_port
 from magnetar.testing._jvm import ClassSharing, archive_path, java
 from magnetar.testing.exceptions import ApachePulsarError
 
@@ -295,12 +295,11 @@ class ApachePulsarStandalone:
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
             self._process = subprocess.Popen(
-                command,
+                dying_with_parent(command),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,  # Ctrl-C reaches the test run, which stops it last
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 -- one C call, no locks
             )
 
     def _wait_until_serving(self) -> None:

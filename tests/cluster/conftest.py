@@ -3,151 +3,28 @@ the session's Apache Pulsar (whose admin API the workers are given, as in produc
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pulsar
 import pytest
 
-from magnetar.broker import EmbeddedBroker, find_free_port
+from magnetar.broker import EmbeddedBroker
+from magnetar.testing import LocalCluster, wait_until
+from magnetar.testing import WorkerProcess as Worker
 from tests.conftest import EXAMPLES, KEEP_ALIVE_S, Broker, admin_url_of
 
-
-@dataclass
-class Worker:
-    worker_id: str
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-    args: list[str] = field(default_factory=list)
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
+__all__ = ["Cluster", "Worker", "wait_until"]
 
 
-class Cluster:
-    """Worker processes sharing one broker; each test gets its own namespace of topics."""
+class Cluster(LocalCluster):
+    """The shared local cluster, creating functions from the examples by file name."""
 
-    def __init__(self, broker_url: str, root: Path, env: dict[str, str] | None = None) -> None:
-        self.broker_url = broker_url
-        self.root = root
-        self.workers: dict[str, Worker] = {}
-        self.namespace = f"test{uuid.uuid4().hex[:6]}"
-        self.env = env or {}
-        """Extra environment of every worker (MAGNETAR_* settings)."""
-
-    def start_worker(self, worker_id: str, wait: bool = True, port: int | None = None) -> Worker:
-        port = port or find_free_port()
-        log = self.root / f"{worker_id}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "magnetar.cli",
-            "--broker-url",
-            self.broker_url,
-            "worker",
-            "start",
-            "--worker-id",
-            worker_id,
-            "--http-port",
-            str(port),
-            "--data-dir",
-            str(self.root / worker_id),
-        ]
-        env = {
-            **os.environ,
-            "MAGNETAR_SYSTEM_NAMESPACE": f"public/{self.namespace}",
-            "MAGNETAR_LIVENESS_TIMEOUT_S": "3",
-            **self.env,
-        }
-        with log.open("ab") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
-        worker = Worker(worker_id, f"http://127.0.0.1:{port}", process, log, args)
-        self.workers[worker_id] = worker
-        if wait:
-            self.wait_ready(worker)
-        return worker
-
-    def restart(self, worker: Worker) -> Worker:
-        return self.start_worker(worker.worker_id, port=int(worker.url.rsplit(":", 1)[1]))
-
-    def wait_ready(self, worker: Worker, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if worker.process.poll() is not None:
-                raise AssertionError(f"{worker.worker_id} exited:\n{worker.log_text()}")
-            try:
-                if (
-                    httpx.get(
-                        f"{worker.url}/admin/v2/worker/cluster/leader/ready", timeout=2
-                    ).status_code
-                    == 200
-                ):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"{worker.worker_id} not ready:\n{worker.log_text()}")
-
-    def alive(self) -> list[Worker]:
-        return [w for w in self.workers.values() if w.process.poll() is None]
-
-    def get(self, worker: Worker, path: str) -> Any:
-        response = httpx.get(worker.url + path, timeout=10)
-        response.raise_for_status()
-        return response.json()
-
-    def leader_id(self, via: Worker | None = None) -> str:
-        via = via or self.alive()[0]
-        return str(self.get(via, "/admin/v2/worker/cluster/leader")["workerId"])
-
-    def create(
-        self, worker: Worker, name: str, example: str = "exclamation.py", **config: Any
+    def create(  # type: ignore[override]
+        self, worker: Worker, name: str, example: str = "exclamation.py", **config: object
     ) -> httpx.Response:
-        body = {"tenant": "public", "namespace": "default", "name": name, **config}
-        code = (EXAMPLES / example).read_bytes()
-        return httpx.post(
-            f"{worker.url}/admin/v3/functions/public/default/{name}",
-            data={"functionConfig": json.dumps(body)},
-            files={"data": (example, code)},
-            timeout=30,
-        )
-
-    def status(self, worker: Worker, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.get(
-            worker, f"/admin/v3/functions/public/default/{name}/status"
-        )
-        return result
-
-    def assignments(self, worker: Worker) -> dict[str, list[str]]:
-        result: dict[str, list[str]] = self.get(worker, "/admin/v2/worker/assignments")
-        return result
-
-    def stop_all(self) -> None:
-        for worker in self.workers.values():
-            if worker.process.poll() is None:
-                worker.process.send_signal(signal.SIGCONT)
-                worker.process.terminate()
-        for worker in self.workers.values():
-            try:
-                worker.process.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
+        return super().create(worker, name, EXAMPLES / example, **config)
 
 
 @pytest.fixture(scope="session")
@@ -185,13 +62,3 @@ def cluster_client(cluster_broker: Broker) -> Iterator[pulsar.Client]:
     )
     yield client
     client.close()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds it took for ``condition`` to hold; AssertionError naming ``what`` if not."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout:.1f} s")
-        time.sleep(0.05)
-    return time.monotonic() - started

@@ -286,12 +286,12 @@ def test_word_count_with_parallelism_3_is_exact_from_every_worker(
     create_word_count(cluster, workers[1], "shared-wc", topic, parallelism=3)
     wait_until(lambda: running(cluster, workers[0], "shared-wc") == 3, 20, "three instances")
     lines = [f"{TEXT[i % 4]} n{i % 11}" for i in range(2000)]
-    producer = cluster_client.create_producer(topic, batching_enabled=False)
+    # a burst: the producer waits for room in its queue (or send_async would fail the rest)
+    producer = cluster_client.create_producer(
+        topic, batching_enabled=False, block_if_queue_full=True
+    )
     for line in lines:
         producer.send_async(line.encode(), None)
-        # a steady stream: a burst of thousands into a Shared subscription of three
-        # consumers leaves some undelivered on pulsar-lite 0.2, with or without state
-        time.sleep(0.001)
     producer.flush()
     producer.close()
     expected = expected_counts(lines)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pulsar
@@ -168,3 +171,49 @@ def test_two_brokers_at_once(tmp_path: Path) -> None:
             assert not reader.has_message_available()
         finally:
             client.close()
+
+
+_OWNER = """
+import sys, time
+from magnetar.broker import EmbeddedBroker
+broker = EmbeddedBroker(sys.argv[1]).start()
+print(broker.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_broker_dies_with_its_owner(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout is not None
+    pid = int(owner.stdout.readline())
+    assert running(pid)
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pid)
+
+
+def test_a_restart_from_a_thread_that_ends_keeps_the_broker(tmp_path: Path) -> None:
+    with EmbeddedBroker(tmp_path) as broker:
+        assert broker.port is not None
+        before = broker.pid
+        restarter = threading.Thread(target=broker.restart)
+        restarter.start()
+        restarter.join()
+        time.sleep(0.5)  # the thread is gone; the broker it restarted must not follow it
+        assert broker.pid != before and broker.is_running()
+        assert accepts_connections("127.0.0.1", broker.port)
+        assert broker.heals == []  # asked for, not a heal
