@@ -247,7 +247,7 @@ def one_run(rate: float, round_s: float, logs: Path) -> dict[str, Any]:
                     subscriptionPosition="Earliest",
                     **config,
                 )
-                if created.status_code != 200:
+                if not created.is_success:
                     raise RuntimeError(f"creating {name}: {created.text}")
             wait_until(lambda: all_running(cluster, None), 60, "both functions running")
             client = create_client(broker.service_url)

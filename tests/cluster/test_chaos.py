@@ -42,7 +42,7 @@ def stream(
         parallelism=PARALLELISM,
         subscriptionPosition="Earliest",
     )
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     wait_until(lambda: all_running(cluster, workers[0]), 20, "three instances running")
     running = Stream(cluster_client, topic, f"{topic}-out", rate=RATE).start()
     yield workers, running
@@ -116,7 +116,7 @@ def test_a_broker_restart_under_a_stream_loses_nothing(
         processingGuarantees="EFFECTIVELY_ONCE",
         subscriptionPosition="Earliest",
     )
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     lines = [f"restart {'again ' * (i % 3)}n{i % 7}" for i in range(600)]
     expected = Counter(word for line in lines for word in line.split())
     producer = cluster_client.create_producer(words, block_if_queue_full=True)
@@ -135,7 +135,7 @@ def test_a_broker_restart_under_a_stream_loses_nothing(
     # the control plane works as before: a new function runs
     topic = f"after-{uuid.uuid4().hex[:6]}"
     created = cluster.create(workers[2], "after", inputs=[topic], output=f"{topic}-out")
-    assert created.status_code == 200, created.text
+    assert created.status_code == 204, created.text
     wait_until(lambda: cluster.num_running(workers[0], "after") == 1, 10, "the new function runs")
 
 
