@@ -231,6 +231,9 @@ class RuntimeManager:
 
     def _status(self, slot: _Instance) -> MetricsSnapshot:
         handle = slot.handle
+        if handle is None:
+            # a stopping instance runs until it has drained: it may still take a message
+            handle = next((r.handle for r in self._retired if r.key == slot.spec.key), None)
         snapshot = handle.snapshot() if handle is not None else slot.last_snapshot
         if snapshot is None:
             snapshot = _empty_snapshot(slot.spec.instance_id)

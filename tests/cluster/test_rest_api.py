@@ -338,7 +338,7 @@ def test_error_codes_of_packages_conflicts_and_missing_things(api: Api) -> None:
     text = api.call(w0, "POST", f"{FUNCTIONS}/txt", data=config, files={"data": ("f.txt", b"x")})
     assert text.status_code == 400
     assert text.json()["reason"] == (
-        "the function package 'f.txt' must be a .py file, a .zip or a .js script"
+        "the function package 'f.txt' must be a .py file, a .zip, a .whl wheel or a .js script"
     )
     broken = api.call(
         w0, "POST", f"{FUNCTIONS}/broken", data=config, files={"data": ("b.py", b"def f(:\n")}

@@ -27,7 +27,8 @@ class Convention:
 
     name: str
     code: str
-    """A file of this folder, or ``zip:<module>`` / ``zip:package`` for a built package."""
+    """A file of this folder, ``zip:module`` / ``zip:package`` for a built zip, or
+    ``whl:module`` for a built wheel."""
     class_name: str
     inputs: list[str]
     expected: dict[str, list[str]]
@@ -69,6 +70,14 @@ class Convention:
                         "        return input.upper()\n"
                     ),
                 },
+            )
+        if self.code == "whl:module":
+            from tests.wheels import make_wheel
+
+            return make_wheel(
+                directory,
+                "wheeled",
+                {"wheeled.py": "def process(input):\n    return input + '?!'\n"},
             )
         return HERE / self.code
 
@@ -168,6 +177,7 @@ CONVENTIONS = [
     Convention("void", "void_fn.py", "void_fn.Void", ["a"], {}, needs_state=True),
     Convention("zipmodule", "zip:module", "exclamation", ["a"], {"out": ["a!"]}),
     Convention("zippackage", "zip:package", "shouting.handlers.Upper", ["a"], {"out": ["A"]}),
+    Convention("wheel", "whl:module", "wheeled", ["a"], {"out": ["a?!"]}),
 ]
 """Every convention; ``expected`` lists every topic that receives anything."""
 

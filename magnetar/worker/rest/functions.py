@@ -131,9 +131,11 @@ async def _package(
                 f"syntax error in {filename}, line {error.lineno}, column {error.offset}: "
                 f"{error.msg}"
             ) from None
-    elif not filename.endswith(".zip"):
+    elif not filename.endswith((".zip", ".whl")):
         raise ApiError(
-            400, f"the function package {filename!r} must be a .py file, a .zip or a .js script"
+            400,
+            f"the function package {filename!r} must be a .py file, a .zip, a .whl wheel or a "
+            ".js script",
         )
     ref = await run_in_threadpool(services.packages.upload, content, filename)
     field, other = ("js", "py") if filename.endswith(".js") else ("py", "js")
@@ -150,7 +152,9 @@ def _with_code(config: dict[str, Any]) -> dict[str, Any]:
 
 
 _CONFIG_PART = Form(alias="functionConfig", description="FunctionConfig JSON")
-_DATA_PART = File(description="The function's code: a .py file, a .zip or a .js script")
+_DATA_PART = File(
+    description="The function's code: a .py file, a .zip, a .whl wheel or a .js script"
+)
 _URL_PART = Form(
     description="Where to fetch the code instead: http(s)://, or file:// on the worker"
 )
