@@ -152,9 +152,13 @@ class AsyncRunner:
                 self._retries.hold(consumer, message)
                 continue
             while len(self._pending) >= self._max_pending:
-                self._drive(until_head=True)  # full: the oldest must finish first
-                self._collect(chunk)
+                # full: the oldest must finish first, and frees one place only, so that the
+                # invocations start (and finish) one after the other, not in bursts
+                if not self._pending[0].task.done():
+                    self._drive(until_head=True)
+                self._handle(self._pending.popleft(), chunk)
             self._start(consumer, message, chunk)
+            self._tick()
         if self._pending:
             self._drive(until_head=False)
         self._collect(chunk)
@@ -188,6 +192,12 @@ class AsyncRunner:
                 return_when=asyncio.FIRST_COMPLETED,
             )
         self._loop.run_until_complete(waiter)
+
+    def _tick(self) -> None:
+        """One turn of the event loop: a new invocation runs up to its first await now (its
+        service call starts) rather than when the loop next runs."""
+        self._loop.call_soon(self._loop.stop)
+        self._loop.run_forever()
 
     def _start(self, consumer: Any, message: Any, chunk: Chunk) -> None:
         self._metrics.received += 1
