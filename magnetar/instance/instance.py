@@ -262,18 +262,6 @@ class FunctionInstance:
             python.paths,
             options.function_version,
         )
-        common = (
-            python.function,
-            python.input_serdes,
-            load_serde(None),
-            python.output_serde,
-            context,
-            self._outputs,
-            self._sender,
-            self.metrics,
-            retries,
-            failures,
-        )
         window = config.window_config
         if window is not None:
             assert self._inputs is not None
@@ -296,13 +284,34 @@ class FunctionInstance:
             )
         if inspect.iscoroutinefunction(python.function.process):
             return AsyncRunner(
-                *common,
+                python.function,
+                python.input_serdes,
+                load_serde(None),
+                python.output_serde,
+                context,
+                self._outputs,
+                self._sender,
+                self.metrics,
+                retries,
+                failures,
                 acking,
                 self,
                 config.max_pending_async_requests or DEFAULT_MAX_PENDING,
                 config.timeout_ms,
             )
-        return PythonRunner(*common, self._journal, acking, config.timeout_ms)
+        return PythonRunner(
+            Invoker(python.function, context, self.metrics, config.timeout_ms),
+            python.input_serdes,
+            load_serde(None),
+            python.output_serde,
+            self._outputs,
+            self._sender,
+            self.metrics,
+            retries,
+            failures,
+            self._journal,
+            acking,
+        )
 
     def _load_python(self) -> _PythonCode:
         """The Python function, the paths its code is imported from, and its SerDes."""

@@ -1,25 +1,17 @@
 """Running a Python function over a chunk of messages, one message at a time, on the
 instance's thread (no per-message thread hop, lock or callback).
 
-The function's ``timeoutMs`` is enforced with SIGALRM when the instance runs on the main
-thread (its own process, as in localrun and the worker's process runtime).
+The call itself (its context, ``timeoutMs`` and latency metrics) is the ``Invoker``'s.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
+from contextlib import AbstractContextManager
 from typing import Any
 
-from magnetar.instance.context import InstanceContext
 from magnetar.instance.delivery import Chunk, ChunkSender
-from magnetar.instance.exceptions import InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
-from magnetar.instance.loader import LoadedFunction
+from magnetar.instance.invocation import Invoker
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.outputs import Outputs
 from magnetar.instance.retries import Received, RetryQueue
@@ -36,11 +28,10 @@ class PythonRunner:
 
     def __init__(
         self,
-        function: LoadedFunction,
+        invoker: Invoker,
         input_serdes: dict[str, SerDe],
         default_serde: SerDe,
         output_serde: SerDe,
-        context: InstanceContext,
         outputs: Outputs,
         sender: ChunkSender,
         metrics: InstanceMetrics,
@@ -48,13 +39,11 @@ class PythonRunner:
         failures: FailureHandler,
         journal: JournaledState | None,
         acking: Acking,
-        timeout_ms: int | None,
     ) -> None:
-        self._function = function
+        self._invoker = invoker
         self._input_serdes = dict(input_serdes)
         self._default_serde = default_serde
         self._output_serde = output_serde
-        self._context = context
         self._outputs = outputs
         self._sender = sender
         self._metrics = metrics
@@ -62,9 +51,6 @@ class PythonRunner:
         self._failures = failures
         self._journal = journal
         self._acking = acking
-        self._timeout_ms = timeout_ms
-        self._alarm_s = 0.0
-        self._in_invocation = False
 
     busy = False
     """Nothing outlives a call of ``run``."""
@@ -75,21 +61,9 @@ class PythonRunner:
     def close(self) -> None:
         """Nothing to release."""
 
-    @contextmanager
-    def timeouts(self) -> Iterator[None]:
+    def timeouts(self) -> AbstractContextManager[None]:
         """Enforce ``timeoutMs`` while this context is open (only on the main thread)."""
-        timeout_s = (self._timeout_ms or 0) / 1000
-        if timeout_s <= 0 or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = signal.signal(signal.SIGALRM, self._on_alarm)
-        self._alarm_s = timeout_s
-        try:
-            yield
-        finally:
-            self._alarm_s = 0.0
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        return self._invoker.timeouts()
 
     def run(self, chunk: Chunk, received: list[Received]) -> None:
         """Process ``received`` in order as part of ``chunk``."""
@@ -125,31 +99,14 @@ class PythonRunner:
                 system=True,
             )
             return
-        context = self._context
-        context.message = message
-        context.topic = topic
-        function = self._function
-        started = time.perf_counter()
+        invoker = self._invoker
+        invoker.context.message = message
+        invoker.context.topic = topic
         try:
-            if self._alarm_s:
-                self._in_invocation = True
-                signal.setitimer(signal.ITIMER_REAL, self._alarm_s)
-            if function.takes_context:
-                result = function.process(value, context)
-            else:
-                result = function.process(value)
+            result = invoker.call(value)
         except Exception as error:
             self._failures.fail(consumer, message, error, chunk)
             return
-        finally:
-            if self._alarm_s:
-                self._in_invocation = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            elapsed = time.perf_counter() - started
-            metrics.latency_total_s += elapsed
-            metrics.latency_count += 1
-            metrics.latencies_s.append(elapsed)
-            metrics.last_invocation_ms = int(time.time() * 1000)
         output = self._outputs.output
         if result is not None and output is not None:
             try:
@@ -172,10 +129,3 @@ class PythonRunner:
         serde = self._input_serdes.get(base_topic(topic), self._default_serde)
         self._input_serdes[topic] = serde
         return serde
-
-    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
-        if self._in_invocation:
-            self._in_invocation = False
-            raise InvocationTimeoutError(
-                f"the function ran longer than its timeout of {self._timeout_ms} ms"
-            )
