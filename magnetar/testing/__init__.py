@@ -4,6 +4,7 @@ Java 17 and the jars ``make apache-pulsar`` fetches), and a local cluster of wor
 from magnetar.testing.apache_pulsar import CLASSPATH_FILE, ApachePulsarStandalone
 from magnetar.testing.cluster import LocalCluster, WorkerProcess, wait_until
 from magnetar.testing.exceptions import ApachePulsarError
+from magnetar.testing.processes import descendants_named
 
 __all__ = [
     "CLASSPATH_FILE",
@@ -11,5 +12,6 @@ __all__ = [
     "ApachePulsarStandalone",
     "LocalCluster",
     "WorkerProcess",
+    "descendants_named",
     "wait_until",
 ]

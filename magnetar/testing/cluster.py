@@ -24,6 +24,8 @@ from typing import Any
 import httpx
 
 from magnetar.broker import find_free_port
+from magnetar.testing.processes import descendants_named
+from magnetar.worker.runtime import INSTANCE_PROCESS_NAME
 
 __all__ = ["LocalCluster", "WorkerProcess", "wait_until"]
 
@@ -62,15 +64,9 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     def instance_pids(self) -> list[int]:
-        """The worker's instance processes (its multiprocessing "spawn" children)."""
-        found = []
-        for pid in _children(self.process.pid):
-            try:
-                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(pid)
-            except OSError:  # exited meanwhile
-                pass
-        return found
+        """The worker's running instance processes (forked by its fork server); warm ones
+        waiting for an instance are not counted."""
+        return descendants_named(self.process.pid, INSTANCE_PROCESS_NAME)
 
     def kill(self, with_instances: bool = False) -> list[int]:
         """kill -9 of the worker; ``with_instances`` kills its instance processes in the same
@@ -81,21 +77,6 @@ class WorkerProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
         return instances
-
-
-def _children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid``, read from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):  # exited meanwhile
-            continue
-        if parent == pid:
-            found.append(int(entry.name))
-    return found
 
 
 def _kill(pid: int) -> None:

@@ -15,9 +15,9 @@ import httpx
 import pulsar
 import pytest
 
+from magnetar.testing import descendants_named
 from magnetar.worker.runtime import INSTANCE_PROCESS_NAME
 from tests.cluster.conftest import Cluster, Worker, wait_until
-from tests.conftest import descendants_named
 
 LIVENESS_S = 3.0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from magnetar.testing import descendants_named
 from magnetar.worker.runtime import (
     INSTANCE_PROCESS_NAME,
     WARM_PROCESS_NAME,
@@ -24,7 +25,6 @@ from magnetar.worker.runtime import (
     make_runtime,
 )
 from magnetar.worker.runtime_manager import BackoffPolicy
-from tests.conftest import descendants_named
 from tests.integration.conftest import collect, produce, values, wait_for
 from tests.worker.conftest import (
     WORKER_ID,
