@@ -22,7 +22,7 @@ from typing import Any
 
 from magnetar.instance.context import InstanceContext
 from magnetar.instance.delivery import Chunk, ChunkSender
-from magnetar.instance.exceptions import InvocationTimeoutError, StateNotConfiguredError
+from magnetar.instance.exceptions import InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
 from magnetar.instance.loader import LoadedFunction
 from magnetar.instance.metrics import InstanceMetrics
@@ -30,6 +30,7 @@ from magnetar.instance.outputs import Outputs
 from magnetar.instance.retries import Received, RetryQueue
 from magnetar.instance.runner import Acking
 from magnetar.instance.serde import SerDe
+from magnetar.instance.state import UnconfiguredStateStore
 from magnetar.topics import base_topic
 
 __all__ = ["DEFAULT_MAX_PENDING", "AsyncRunner"]
@@ -60,30 +61,10 @@ class _Publishes:
         self.acks.append((message_id, topic))
 
 
-class _NoState:
-    """The state of an async invocation: unavailable, saying why."""
-
-    def _fail(self) -> StateNotConfiguredError:
-        return StateNotConfiguredError(
-            "state is not available to an async process: the journal records the updates of "
-            "one input at a time; keep state in a plain (def) process"
-        )
-
-    def incr(self, key: str, amount: int) -> None:
-        raise self._fail()
-
-    def get_counter(self, key: str) -> int:
-        raise self._fail()
-
-    def put(self, key: str, value: bytes) -> None:
-        raise self._fail()
-
-    def get(self, key: str) -> bytes | None:
-        raise self._fail()
-
-    def delete(self, key: str) -> None:
-        raise self._fail()
-
+_NO_STATE = (
+    "state is not available to an async process: the journal records the updates of one input "
+    "at a time; keep state in a plain (def) process"
+)
 
 _SLICE_S = 0.005
 """How long the loop runs between two receives while invocations are in flight."""
@@ -133,6 +114,7 @@ class AsyncRunner:
         self._max_pending = max_pending
         self._timeout_s = (timeout_ms or 0) / 1000
         self._pending: deque[_Invocation] = deque()
+        self._no_state = UnconfiguredStateStore(context.get_function_id(), reason=_NO_STATE)
         self._loop = asyncio.new_event_loop()
 
     @property
@@ -224,7 +206,7 @@ class AsyncRunner:
             )
             return
         publishes = _Publishes()
-        context = self._context.for_invocation(message, topic, publishes, _NoState())
+        context = self._context.for_invocation(message, topic, publishes, self._no_state)
         call = (
             self._function.process(value, context)
             if self._function.takes_context

@@ -49,15 +49,16 @@ class JournaledState(StateStore, Protocol):
 class UnconfiguredStateStore:
     """The store of an instance that runs without state: every call explains why it fails."""
 
-    def __init__(self, fqfn: str) -> None:
-        self._fqfn = fqfn
-
-    def _fail(self) -> StateNotConfiguredError:
-        return StateNotConfiguredError(
-            f"state is not configured for function {self._fqfn}: this instance runs without a "
+    def __init__(self, fqfn: str, reason: str | None = None) -> None:
+        """``reason``: why state is unavailable, when it is not that none is configured."""
+        self._message = reason or (
+            f"state is not configured for function {fqfn}: this instance runs without a "
             "state store, so incr_counter/get_counter/del_counter/put_state/get_state "
             "are unavailable"
         )
+
+    def _fail(self) -> StateNotConfiguredError:
+        return StateNotConfiguredError(self._message)
 
     def incr(self, key: str, amount: int) -> None:
         raise self._fail()
