@@ -107,17 +107,13 @@ class Stream:
             ) from None
 
 
-def test_create_on_any_worker_runs_all_instances_quickly(cluster: Cluster) -> None:
+def test_create_on_any_worker_runs_one_instance_on_each_worker(cluster: Cluster) -> None:
+    # how quickly is bench/cluster_latency.py's to measure: CI asserts no timings
     workers = three_workers(cluster)
     target = non_leader(cluster, workers)
-    started = time.monotonic()
     response = cluster.create(target, "quick", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3)
     assert response.status_code == 204, response.text
-    wait_until(
-        lambda: running(cluster, target, "quick") == 3,
-        2.0 - (time.monotonic() - started) + 0.5,
-        "three instances running",
-    )
+    wait_until(lambda: running(cluster, target, "quick") == 3, 30, "three instances running")
     owners = cluster.assignments(workers[0])
     assert sorted(len(keys) for keys in owners.values()) == [1, 1, 1]
     # Every worker serves the same metadata (read-your-writes on the one asked).

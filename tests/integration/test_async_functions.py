@@ -4,7 +4,6 @@ keep the input order, failures and timeouts are retried and dead-lettered as for
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 
 import pulsar
@@ -61,7 +60,6 @@ def test_invocations_overlap_and_outputs_keep_the_input_order(
 ) -> None:
     inputs = [f"m{i}" for i in range(300)]
     produce(client, topic, inputs)
-    started = time.monotonic()
     run_function(
         py=function_file(tmp_path),
         class_name="lookup.Lookup",
@@ -70,11 +68,9 @@ def test_invocations_overlap_and_outputs_keep_the_input_order(
         max_pending_async_requests=32,
     )
     outputs = values(collect(client, f"{topic}-out", 300, timeout=30))
-    elapsed = time.monotonic() - started
     assert [value.split(":")[0] for value in outputs] == inputs
     most = max(int(value.split(":")[1]) for value in outputs)
-    assert 1 < most <= 32  # concurrent, and never more than asked
-    assert elapsed < 300 * 0.01  # one at a time would take at least 3 s
+    assert 1 < most <= 32  # concurrent (in flight together), and never more than asked
 
 
 def test_a_module_level_async_process(
