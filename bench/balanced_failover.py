@@ -30,89 +30,22 @@ import shutil
 import signal
 import statistics
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pulsar
-from cluster_latency import (
-    CLASS_NAME,
-    ROOT,
-    Cluster,
-    WorkerProcess,
-    progress,
-    wait_full_membership,
-    wait_leader_settled,
-    wait_until,
-)
+from _cluster import ROOT, Cluster, WorkerProcess, progress, wait_until
+from cluster_latency import CLASS_NAME, EXAMPLE
 
 from magnetar.broker import EmbeddedBroker
+from magnetar.testing.stream import Stream
 
 WORKERS = 4
 FUNCTIONS = ("alpha", "beta")
 PARALLELISM = 4
-
-
-class Stream:
-    """Numbered inputs into a function at ``rate`` msg/s, and the publish times of its outputs."""
-
-    def __init__(self, client: pulsar.Client, source: str, sink: str, rate: float) -> None:
-        self.sent = 0
-        self.outputs: list[tuple[float, str]] = []
-        self._producer = client.create_producer(source, batching_enabled=False)
-        self._consumer = client.subscribe(
-            sink, "bench", initial_position=pulsar.InitialPosition.Earliest
-        )
-        self._rate = rate
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._produce, daemon=True),
-            threading.Thread(target=self._collect, daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _produce(self) -> None:
-        started = time.perf_counter()
-        while not self._stop.is_set():
-            self._producer.send_async(f"m{self.sent}".encode(), None)
-            self.sent += 1
-            time.sleep(max(0.0, started + self.sent / self._rate - time.perf_counter()))
-        self._producer.flush()
-
-    def _collect(self) -> None:
-        while not self._stop.is_set() or len(self.received()) < self.sent:
-            try:
-                message = self._consumer.receive(500)
-            except pulsar.Timeout:
-                if self._stop.is_set():
-                    return
-                continue
-            self._consumer.acknowledge(message)
-            stamp = message.publish_timestamp() / 1000
-            self.outputs.append((stamp, message.data().decode().removesuffix("!")))
-
-    def received(self) -> set[str]:
-        return {value for _, value in self.outputs}
-
-    def longest_gap(self, start: float, end: float) -> float:
-        """The longest time without an output between wall-clock ``start`` and ``end``."""
-        stamps = sorted(stamp for stamp, _ in self.outputs if start <= stamp <= end)
-        edges = [start, *stamps, end]
-        return max(b - a for a, b in pairwise(edges))
-
-    def stop(self, drain_s: float) -> int:
-        """Stop sending; wait up to ``drain_s`` for the outputs; the inputs with none."""
-        self._stop.set()
-        self._threads[0].join()
-        deadline = time.monotonic() + drain_s
-        while len(self.received()) < self.sent and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return self.sent - len(self.received() & {f"m{i}" for i in range(self.sent)})
 
 
 def loads(cluster: Cluster, via: WorkerProcess) -> dict[str, int]:
@@ -151,7 +84,7 @@ def one_round(
     cluster: Cluster, streams: dict[str, Stream], round_: int, at_once: bool
 ) -> dict[str, Any]:
     via = cluster.alive()[0]
-    leader = wait_leader_settled(cluster, via)
+    leader = cluster.wait_leader_settled(via)
     terms_before = terms_taken(cluster)
     others = sorted(w for w in cluster.workers if w != leader)
     victim = cluster.workers[others[round_ % len(others)]]
@@ -238,26 +171,33 @@ def main() -> None:
         workers = [cluster.start_worker(f"w{i}") for i in range(1, WORKERS + 1)]
         for worker in workers:
             cluster.wait_ready(worker)
-        wait_full_membership(cluster, workers[0], WORKERS)
+        cluster.wait_members(workers[0], WORKERS)
         client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         streams = {}
         for name in FUNCTIONS:
             source = f"persistent://public/default/{run_id}-{name}-in"
             sink = f"persistent://public/default/{run_id}-{name}-out"
-            cluster.create(
+            cluster.register(
                 workers[0],
                 name,
+                EXAMPLE,
                 className=CLASS_NAME,
                 inputs=[source],
                 output=sink,
                 parallelism=PARALLELISM,
                 subscriptionPosition="Earliest",
             )
-            streams[name] = Stream(client, source, sink, args.rate)
+            streams[name] = Stream(client, source, sink, args.rate).start()
         wait_until(lambda: all_running(cluster, workers[0]), 60, "all instances running")
         progress(f"{len(FUNCTIONS)} functions of parallelism {PARALLELISM}, {args.rate} msg/s each")
         runs = [one_round(cluster, streams, r, at_once=r % 2 == 1) for r in range(args.rounds)]
-        missing = {name: stream.stop(drain_s=60) for name, stream in streams.items()}
+        for stream in streams.values():
+            stream.stop()
+        missing: dict[str, int] = {}
+        for name, stream in streams.items():
+            stream.wait_complete(60)
+            missing[name] = len(stream.missing())
+            stream.close()
         ways: dict[str, Any] = {}
         for way in ("automatic", "rebalance_at_once"):
             mine = [run for run in runs if run["way"] == way]
@@ -288,7 +228,7 @@ def main() -> None:
             "leader_or_term_changed": any(
                 run["leader_changed"] or run["terms_taken"] for run in runs
             ),
-            "inputs_sent": {name: stream.sent for name, stream in streams.items()},
+            "inputs_sent": {name: len(stream.sent) for name, stream in streams.items()},
             "inputs_without_output": missing,
         }
         if len(ways) == 2:
