@@ -38,7 +38,6 @@ from typing import Any
 
 import pulsar
 from _cluster import ROOT, Cluster, WorkerProcess, progress, wait_until
-from cluster_latency import CLASS_NAME, EXAMPLE
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.testing.stream import Stream
@@ -46,6 +45,8 @@ from magnetar.testing.stream import Stream
 WORKERS = 4
 FUNCTIONS = ("alpha", "beta")
 PARALLELISM = 4
+EXAMPLE = ROOT / "examples" / "exclamation.py"
+CLASS_NAME = "exclamation.ExclamationFunction"
 
 
 def loads(cluster: Cluster, via: WorkerProcess) -> dict[str, int]:
