@@ -36,7 +36,14 @@ import pulsar
 
 from magnetar.broker_probe import server_version
 
-__all__ = ["Connection", "client_logger", "create_client", "newest_first", "subscribe"]
+__all__ = [
+    "Connection",
+    "client_logger",
+    "create_client",
+    "may_deduplicate",
+    "newest_first",
+    "subscribe",
+]
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +145,21 @@ def _needs_id_spread(service_url: str) -> bool:
         version = server_version(service_url)
     except ValueError:  # a URL the client itself will refuse, with its own message
         return False
-    return version is None or "lite" in version.lower()
+    return version is None or _is_pulsar_lite(version)
+
+
+def may_deduplicate(service_url: str) -> bool:
+    """Whether the broker may drop messages by their producer's sequence ids: any broker but
+    pulsar-lite, which has no deduplication."""
+    try:
+        version = server_version(service_url)
+    except ValueError:
+        return True
+    return version is None or not _is_pulsar_lite(version)
+
+
+def _is_pulsar_lite(version: str) -> bool:
+    return "lite" in version.lower()
 
 
 def subscribe(client: pulsar.Client, topic: Any, subscription: str, **kwargs: Any) -> Any:

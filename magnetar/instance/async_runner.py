@@ -245,8 +245,8 @@ class AsyncRunner:
             self._failures.fail(consumer, message, error, chunk)
             return
         result = invocation.task.result()
-        output = self._outputs.output
         topic, message_id = message.topic_name(), message.message_id()
+        output = self._outputs.output_for(topic)
         if result is not None and output is not None:
             try:
                 content = self._output_serde.serialize(result)

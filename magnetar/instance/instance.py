@@ -203,7 +203,7 @@ class FunctionInstance:
             python.paths if python is not None else None,
         )
         outputs = self._outputs = Outputs(
-            self._client, config, options, python.output_schema if python else None
+            self._client, config, options, self._stop, python.output_schema if python else None
         )
         logger = function_logger(config, options.instance_id, outputs.producer)
         failures = FailureHandler(
@@ -374,10 +374,12 @@ class FunctionInstance:
 
     def _loop(self) -> None:
         assert self._inputs is not None and self._acknowledger is not None
-        assert self._runner is not None
+        assert self._runner is not None and self._outputs is not None
         try:
             with self._runner.timeouts():
-                self._process_until_stopped(self._inputs, self._acknowledger, self._runner)
+                self._process_until_stopped(
+                    self._inputs, self._acknowledger, self._runner, self._outputs
+                )
                 if self._drain:
                     self._process_prefetched()
                     chunk = self._chunk = Chunk()
@@ -388,10 +390,9 @@ class FunctionInstance:
                 self._finish_in_flight()
 
     def _process_until_stopped(
-        self, inputs: Inputs, acknowledger: Acknowledger, runner: Runner
+        self, inputs: Inputs, acknowledger: Acknowledger, runner: Runner, outputs: Outputs
     ) -> None:
         options = self.options
-        windows = self._runner if isinstance(self._runner, WindowRunner) else None
         next_report = time.monotonic() + options.metrics_interval_s
         windows = runner if isinstance(runner, WindowRunner) else None
         while not self._stop.is_set():
@@ -402,6 +403,7 @@ class FunctionInstance:
                 if received or runner.busy:
                     self._process_chunk(received)
             acknowledger.acknowledge_completed()
+            outputs.close_idle()
             if inputs.rewind_requested:
                 acknowledger.wait(options.drain_timeout_s)
                 inputs.rewind(options.retry_delay_ms / 1000)

@@ -23,6 +23,13 @@ class InstanceOptions:
     waits."""
     batching_max_publish_delay_ms: int = 10
     """How long the output producer waits to fill a batch."""
+    broker_may_deduplicate: bool = True
+    """Whether the broker may deduplicate (any but pulsar-lite): EFFECTIVELY_ONCE outputs then
+    go through unbatched producers named per input partition (see ``partition_outputs``);
+    otherwise through one batched producer, as under ATLEAST_ONCE."""
+    output_producer_idle_s: float = 2.0
+    """EFFECTIVELY_ONCE: an input partition's output producer unused this long is closed, so
+    an instance that took that partition over can open one of the same name."""
     large_message_bytes: int = 64 * 1024
     """Sends at least this big get a callback of their own (they can fail alone)."""
     retry_delay_ms: int = 1000

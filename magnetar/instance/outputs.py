@@ -1,10 +1,12 @@
-"""The instance's producers: the output topic, ``context.publish`` topics, the state journal
-and the dead-letter topic, one producer per topic; and what an output message carries."""
+"""The instance's producers: the output topic (one producer per input partition under
+EFFECTIVELY_ONCE), ``context.publish`` topics, the state journal and the dead-letter topic,
+one producer per topic; and what an output message carries."""
 
 from __future__ import annotations
 
 import base64
 import logging
+import threading
 from typing import Any
 
 import pulsar
@@ -12,6 +14,7 @@ import pulsar
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.options import InstanceOptions
+from magnetar.instance.partition_outputs import PartitionOutputs
 from magnetar.instance.positions import sequence_id
 from magnetar.topics import full_topic_name
 
@@ -38,41 +41,72 @@ class Outputs:
         client: pulsar.Client,
         config: FunctionConfig,
         options: InstanceOptions,
+        stopping: threading.Event,
         output_schema: Any = None,
     ) -> None:
-        """``output_schema``: the schema the output producer declares (see ``schemas``)."""
+        """``stopping``: set when the instance stops (ends a wait for a busy producer name);
+        ``output_schema``: the schema the output producer declares (see ``schemas``)."""
         self._client = client
         self._options = options
         self._forward_properties = config.forward_source_message_property
-        self._sequence_ids = config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        effectively_once = config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        self._sequence_ids = effectively_once
         self._producers: dict[str, Any] = {}
-        self.output: Any = (
-            self.producer(config.output, **_output_settings(config, output_schema))
-            if config.output
-            else None
-        )
-        """The output topic's producer; None when the function has no output."""
+        settings = _output_settings(config, output_schema)
+        self._by_partition: PartitionOutputs | None = None
+        self.output: Any = None
+        """The output topic's producer; None when the function has no output, or has one per
+        input partition (EFFECTIVELY_ONCE)."""
+        if config.output and effectively_once and options.broker_may_deduplicate:
+            output = full_topic_name(config.output)
+            self._by_partition = PartitionOutputs(
+                # unbatched, for the broker's deduplication (see partition_outputs)
+                lambda name: self._new_producer(
+                    output, producer_name=name, **{**settings, "batching_enabled": False}
+                ),
+                stopping,
+                options.output_producer_idle_s,
+            )
+        elif config.output:
+            self.output = self.producer(config.output, **settings)
+
+    def output_for(self, input_topic: str) -> Any:
+        """The producer of the results of inputs from ``input_topic`` (a topic partition);
+        None when the function has no output."""
+        if self._by_partition is not None:
+            return self._by_partition.producer(input_topic)
+        return self.output
+
+    def close_idle(self) -> None:
+        """Let go of the output producers of input partitions that went quiet (see
+        ``partition_outputs``)."""
+        if self._by_partition is not None:
+            self._by_partition.close_idle()
 
     def producer(self, topic: str, **settings: Any) -> Any:
         """The producer for ``topic`` (a short or full name)."""
         full = full_topic_name(topic)
         producer = self._producers.get(full)
         if producer is None:
-            options = self._options
-            kwargs: dict[str, Any] = {
-                "batching_enabled": True,
-                "batching_max_publish_delay_ms": options.batching_max_publish_delay_ms,
-                "block_if_queue_full": True,
-                "max_pending_messages": 2 * options.max_unacked,
-                "send_timeout_millis": options.send_timeout_ms,
-                **settings,
-            }
-            try:
-                producer = self._client.create_producer(full, **kwargs)
-            except Exception as error:
-                raise InstanceError(f"cannot create a producer on {full}: {error}") from error
-            self._producers[full] = producer
+            producer = self._producers[full] = self._new_producer(full, **settings)
         return producer
+
+    def _new_producer(self, full: str, **settings: Any) -> Any:
+        options = self._options
+        kwargs: dict[str, Any] = {
+            "batching_enabled": True,
+            "batching_max_publish_delay_ms": options.batching_max_publish_delay_ms,
+            "block_if_queue_full": True,
+            "max_pending_messages": 2 * options.max_unacked,
+            "send_timeout_millis": options.send_timeout_ms,
+            **settings,
+        }
+        try:
+            return self._client.create_producer(full, **kwargs)
+        except pulsar.ProducerBusy:
+            raise
+        except Exception as error:
+            raise InstanceError(f"cannot create a producer on {full}: {error}") from error
 
     def result_kwargs(self, message: Any, message_id: Any, topic: str) -> dict[str, Any]:
         """How the result of ``message`` is sent: its key, event time and properties, and the
@@ -93,13 +127,18 @@ class Outputs:
 
     def flush(self) -> None:
         """Send what every producer still batches (on stop)."""
-        for producer in list(self._producers.values()):
+        producers = list(self._producers.values())
+        if self._by_partition is not None:
+            producers += self._by_partition.producers()
+        for producer in producers:
             try:
                 producer.flush()
             except Exception as error:
                 log.warning("flushing %s on stop failed: %s", producer.topic(), error)
 
     def close(self) -> None:
+        if self._by_partition is not None:
+            self._by_partition.close()
         for producer in self._producers.values():
             try:
                 producer.close()

@@ -100,7 +100,7 @@ def run_instance_process(
     signal.signal(signal.SIGINT, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # what waited is handled now
 
-    from magnetar.client import create_client
+    from magnetar.client import create_client, may_deduplicate
     from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
 
@@ -121,6 +121,12 @@ def run_instance_process(
             function_version=spec.function_version,
             secrets_provider_classname=spec.secrets_provider_classname,
             secrets_provider_config=spec.secrets_provider_config,
+            # asked of the broker only where it matters (a connection's round trip)
+            broker_may_deduplicate=(
+                may_deduplicate(spec.broker_url)
+                if config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+                else True
+            ),
         )
         if spec.state is not None:
             from magnetar.statestore import JournaledStateStore

@@ -107,7 +107,7 @@ class PythonRunner:
         except Exception as error:
             self._failures.fail(consumer, message, error, chunk)
             return
-        output = self._outputs.output
+        output = self._outputs.output_for(topic)
         if result is not None and output is not None:
             try:
                 content = self._output_serde.serialize(result)

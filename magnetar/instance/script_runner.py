@@ -121,7 +121,7 @@ class ScriptRunner:
             for producer, payload, kwargs in publishes:
                 self._sender.send(chunk, producer, payload, kwargs, owner=message)
         topic, message_id = message.topic_name(), message.message_id()
-        output = self._outputs.output
+        output = self._outputs.output_for(topic)
         if outcome.output is not None and output is not None:
             kwargs = self._outputs.result_kwargs(message, message_id, topic)
             self._sender.send(chunk, output, outcome.output, kwargs, owner=message)

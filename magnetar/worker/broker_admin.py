@@ -104,24 +104,6 @@ class BrokerAdmin:
         )
         return response.status_code != _CONFLICT
 
-    def partitions(self, topic: str) -> int:
-        """How many partitions ``topic`` has: 0 when it is not partitioned (or not there)."""
-        response = self._call(
-            "GET",
-            _topic_path(topic) + "/partitions",
-            f"look up the partitions of {topic}",
-            accept=(_NOT_FOUND,),
-        )
-        if response.status_code == _NOT_FOUND:
-            return 0
-        metadata = _json(response)
-        count = metadata.get("partitions") if isinstance(metadata, dict) else None
-        if not isinstance(count, int):
-            raise BrokerAdminError(
-                f"cannot look up the partitions of {topic}: unexpected answer {response.text!r}"
-            )
-        return count
-
     def set_topic_retention(self, topic: str, minutes: int, size_mb: int) -> None:
         """Override the namespace's retention for one topic (an existing one)."""
         self._call(

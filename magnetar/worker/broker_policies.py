@@ -13,15 +13,10 @@ Pulsar these are the policies Magnetar's design relies on:
   compacts them by itself. This is safe for Magnetar's replays: compaction rewrites only
   messages with a key, and only readers that ask for the compacted view see it.
 * **Deduplication of EFFECTIVELY_ONCE outputs.** An instance sends each output with a sequence
-  id that grows with its input's position, and the broker drops a message whose sequence id is
-  not above the last one it stored for that producer name. That is safe only while one
-  producer's outputs come from one input partition; otherwise the sequence ids of different
-  partitions interleave and the broker would drop fresh outputs, so deduplication is left off
-  (and a warning says why). The broker remembers sequence ids per producer *name*: an
-  instance's output producer is named by the broker anew each run, so today this drops repeats
-  within one run (a send retried after a reconnection); dropping the outputs of inputs
-  replayed after a crash also needs an output producer name that stays the same per input
-  partition, as Apache Pulsar's own instances use.
+  id that grows with its input's position, through a producer named after the input partition
+  (see ``magnetar.instance.partition_outputs``), and the broker drops a message whose sequence
+  id is not above the last one it stored for that producer name: the outputs of inputs
+  replayed after a crash are not stored twice.
 
 Every failure is logged and never raised: the worker goes on without the policy.
 """
@@ -52,8 +47,6 @@ log = logging.getLogger(__name__)
 COMPACTION_THRESHOLD_BYTES = 64 * 1024 * 1024
 """Backlog of a system topic above which the broker compacts it."""
 
-_DedupKey = tuple[str, tuple[str, ...], tuple[str, ...]]
-
 
 class BrokerPolicies:
     """Applies Magnetar's broker policies through ``admin``; logs failures, never raises."""
@@ -61,7 +54,7 @@ class BrokerPolicies:
     def __init__(self, admin: BrokerAdmin) -> None:
         self._admin = admin
         self._lock = threading.Lock()
-        self._deduplicated: dict[_DedupKey, bool] = {}
+        self._deduplicated: dict[str, bool] = {}
 
     @property
     def admin(self) -> BrokerAdmin:
@@ -123,22 +116,19 @@ class BrokerPolicies:
         return True
 
     def ensure_deduplication(self, config: FunctionConfig) -> bool:
-        """Turn on deduplication of an EFFECTIVELY_ONCE function's output topic where that is
-        safe, once per output and inputs; True if the output is deduplicated."""
+        """Turn on deduplication of an EFFECTIVELY_ONCE function's output topic, once per
+        output; True if the output is deduplicated."""
         if config.processing_guarantees is not ProcessingGuarantees.EFFECTIVELY_ONCE:
             return False
         if not config.output:
             return False
         output = full_topic_name(config.output)
-        inputs = tuple(sorted(config.input_serdes()))
-        patterns = tuple(config.input_patterns())
-        key = (output, inputs, patterns)
         with self._lock:
-            decided = self._deduplicated.get(key)
+            decided = self._deduplicated.get(output)
             if decided is not None:
                 return decided
             try:
-                decided = self._deduplicate(config.fqfn, output, inputs, patterns)
+                decided = self._deduplicate(config.fqfn, output)
             except BrokerAdminError as error:
                 log.error(
                     "broker admin: %s; %s runs without broker-side deduplication of %s "
@@ -149,28 +139,16 @@ class BrokerPolicies:
                     output,
                 )
                 return False
-            self._deduplicated[key] = decided
+            self._deduplicated[output] = decided
             return decided
 
-    def _deduplicate(
-        self, fqfn: str, output: str, inputs: tuple[str, ...], patterns: tuple[str, ...]
-    ) -> bool:
+    def _deduplicate(self, fqfn: str, output: str) -> bool:
         if not output.startswith("persistent://"):
             log.warning(
                 "%s is EFFECTIVELY_ONCE but its output %s is not persistent: the broker "
                 "cannot deduplicate it",
                 fqfn,
                 output,
-            )
-            return False
-        if patterns or len(inputs) != 1 or self._admin.partitions(inputs[0]) > 0:
-            log.warning(
-                "not turning on deduplication of %s for EFFECTIVELY_ONCE function %s: its "
-                "outputs come from several input topics or partitions through one producer, "
-                "whose sequence ids (input positions) grow only within one partition, so the "
-                "broker would drop fresh outputs as duplicates",
-                output,
-                fqfn,
             )
             return False
         self._admin.create_topic(output)

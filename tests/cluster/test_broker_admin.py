@@ -108,19 +108,26 @@ def test_metadata_is_replayed_from_a_topic_the_broker_compacted(
     assert config["parallelism"] == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the instance's output producer gets a new name from the broker each run, and the "
-    "broker deduplicates per producer name; Apache Pulsar's instances name it after the input "
-    "partition (PulsarSink's effectively-once processor)",
+@pytest.mark.parametrize(
+    ("partitions", "parallelism"), [(0, 1), (PARTITIONS, 2)], ids=["one-topic", "partitioned"]
 )
 def test_effectively_once_outputs_of_a_killed_instance_are_not_repeated(
-    cluster: Cluster, cluster_client: pulsar.Client
+    cluster: Cluster,
+    apache_pulsar: ApachePulsar,
+    cluster_client: pulsar.Client,
+    partitions: int,
+    parallelism: int,
 ) -> None:
-    """The broker deduplicates what a restarted instance sends again for inputs its killed
-    predecessor had processed but not acknowledged."""
+    """The broker deduplicates what an instance sends again for inputs a killed instance had
+    processed but not acknowledged: the one restarted, or the one that took its input
+    partitions over (and gives some back when the killed one returns)."""
     worker = cluster.start_worker("w1")
     topic = f"eo-{uuid.uuid4().hex[:6]}"
+    if partitions:
+        created = apache_pulsar.admin(
+            "PUT", f"/admin/v2/persistent/public/default/{topic}/partitions", json=partitions
+        )
+        assert created.status_code == 204, created.text
     response = cluster.create(
         worker,
         "eo",
@@ -128,35 +135,36 @@ def test_effectively_once_outputs_of_a_killed_instance_are_not_repeated(
         output=f"{topic}-out",
         processingGuarantees="EFFECTIVELY_ONCE",
         subscriptionPosition="Earliest",
+        parallelism=parallelism,
     )
     assert response.is_success, response.text
-    wait_until(lambda: running(cluster, worker, "eo") == 1, 30, "the instance running")
+    wait_until(lambda: running(cluster, worker, "eo") == parallelism, 30, "instances running")
     inputs = [f"e{i}" for i in range(4000)]
 
     def stream() -> None:
         producer = cluster_client.create_producer(topic, batching_enabled=False)
-        for value in inputs:
-            producer.send_async(value.encode(), None)
+        for index, value in enumerate(inputs):  # keys spread the inputs over the partitions
+            producer.send_async(value.encode(), None, partition_key=f"k{index}")
             time.sleep(0.001)
         producer.flush()
         producer.close()
 
+    def received() -> int:
+        instances = cluster.status(worker, "eo")["instances"]
+        return sum(int(i["status"]["numReceived"]) for i in instances)
+
     streamer = threading.Thread(target=stream)
     streamer.start()
-    wait_until(
-        lambda: cluster.status(worker, "eo")["instances"][0]["status"]["numReceived"] > 500,
-        30,
-        "processing",
-    )
-    subprocess.run(["kill", "-9", *instance_processes(worker)], check=True)
+    wait_until(lambda: received() > 500, 30, "processing")
+    subprocess.run(["kill", "-9", instance_processes(worker)[0]], check=True)
     streamer.join(60)
     expected = {f"{v}!" for v in inputs}
     outputs = receive_until(cluster_client, f"{topic}-out", expected, timeout=90)
     repeated = {value: n for value, n in Counter(outputs).items() if n > 1}
     assert set(outputs) == expected
     assert not repeated, f"{len(repeated)} outputs sent twice, e.g. {sorted(repeated)[:5]}"
-    restarts = cluster.status(worker, "eo")["instances"][0]["status"]["numRestarts"]
-    assert restarts >= 1
+    instances = cluster.status(worker, "eo")["instances"]
+    assert sum(int(i["status"]["numRestarts"]) for i in instances) >= 1
 
 
 def test_instances_consume_every_partition_of_their_input(

@@ -121,6 +121,40 @@ def test_pulsar_sdk_function_runs_against_a_separate_broker(
     assert row.split()[:4] == ["0", "no", "10", "10"]
 
 
+@pytest.mark.brokers("lite", "apache")
+def test_effectively_once_outputs_are_named_after_their_input_where_the_broker_deduplicates(
+    localrun,
+    client: pulsar.Client,
+    topic: str,
+    broker_kind: str,  # type: ignore[no-untyped-def]
+) -> None:
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--classname",
+        "exclamation.ExclamationFunction",
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--subs-position",
+        "Earliest",
+        "--processing-guarantees",
+        "EFFECTIVELY_ONCE",
+    )
+    run.wait_for_stderr(r"Running public/default/ExclamationFunction \(1 instance\)")
+    produce(client, topic, ["a", "b", "c"])
+    outputs = collect(client, f"{topic}-out", 3)
+
+    assert values(outputs) == ["a!", "b!", "c!"]
+    producers = {m.producer_name() for m in outputs}
+    if broker_kind == "apache":  # as Apache Pulsar's instances name it: the broker deduplicates
+        assert producers == {f"persistent://public/default/{topic}"}
+    else:  # pulsar-lite cannot deduplicate: one batched producer named by the broker
+        assert len(producers) == 1 and topic not in producers.pop()
+    assert run.interrupt(signal.SIGINT)[0] == 0
+
+
 def test_parallel_instances_share_the_input(
     localrun,
     client: pulsar.Client,

@@ -93,8 +93,6 @@ class FakePulsarAdmin:
 
     def _topic(self, method: str, topic: str, rest: list[str], body: Any) -> httpx.Response:
         namespace = topic.removeprefix("persistent://").rsplit("/", 1)[0]
-        if rest == ["partitions"] and method == "GET":
-            return httpx.Response(200, json={"partitions": self.topics.get(topic, 0)})
         if not rest and method == "PUT":
             if namespace not in self.namespaces:
                 return _reason(404, "Namespace does not exist")
@@ -294,20 +292,12 @@ def test_nothing_is_asked_for_other_guarantees_or_without_output(
     ],
     ids=["partitioned-input", "two-inputs", "pattern"],
 )
-def test_deduplication_stays_off_where_it_would_drop_fresh_outputs(
-    policies: BrokerPolicies,
-    fake: FakePulsarAdmin,
-    caplog: pytest.LogCaptureFixture,
-    config: FunctionConfig,
+def test_outputs_of_several_input_partitions_are_deduplicated_too(
+    policies: BrokerPolicies, fake: FakePulsarAdmin, config: FunctionConfig
 ) -> None:
-    fake.topics["persistent://public/default/partitioned"] = 3
-
-    with caplog.at_level(logging.WARNING):
-        assert policies.ensure_deduplication(config) is False
-
-    assert "not turning on deduplication of persistent://public/default/out" in caplog.text
-    assert "the broker would drop fresh outputs as duplicates" in caplog.text
-    assert fake.requests("POST") == []
+    """Each input partition's outputs have a producer of their own, whose sequence ids grow."""
+    assert policies.ensure_deduplication(config) is True
+    assert fake.policies[("persistent://public/default/out", "deduplicationEnabled")] is True
 
 
 def test_a_refused_deduplication_is_logged_and_tried_again_later(
