@@ -6,9 +6,11 @@ message (the broker's left out), steadier than rates on a shared machine. The me
 bytes each) are spread evenly over 1, 2 and 4 topics. The plain loop reads the topics one after
 the other with one reader each, skipping the duplicates pulsar-lite's readers deliver (the rule
 the connector uses too), and touches every payload. Spark runs on ``--master`` (``local[*]`` by
-default) after a warm-up read of as many topics, so the figures exclude starting the session
-and its Python workers. Each side runs ``--repeat`` times, alternating; the JSON holds every
-time and the medians.
+default) after ``--warm-up-reads`` reads of as many topics, so the figures exclude starting the
+session and its Python workers. The JVM's JIT compiler keeps working for some 20-30 reads more
+(0.3-1 CPU-seconds a read over the first ten on a 2-core machine): its share of the Spark
+side's CPU is shown apart ("JIT"). Each side runs ``--repeat`` times, alternating; the JSON
+holds every time, the medians and the load average before each.
 
 First read: a fresh session (its own process) times its first and second ``load()`` +
 ``count()`` of a one-message topic, and the same for a Python data source that yields one
@@ -17,7 +19,8 @@ workers to start). The difference of the first reads is what the ``pulsar`` data
 itself adds. ``--first-reads`` sessions of each, alternating.
 
     python bench/spark_read_throughput.py [--messages 1000000] [--topics 1,2,4]
-        [--repeat 1] [--first-reads 3] [--broker-url URL] [--master local[*]]
+        [--repeat 1] [--first-reads 3] [--warm-up-reads 1] [--broker-url URL]
+        [--master local[*]]
 """
 
 from __future__ import annotations
@@ -48,10 +51,8 @@ _SESSION_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "f
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _tree_cpu_s(exclude: int | None) -> float:
-    """CPU seconds used so far by this process and its descendants (the JVM and Spark's
-    Python workers), the broker left out: on a machine shared with other work, CPU per
-    message is steadier than wall time. Linux only (0 elsewhere)."""
+def _processes() -> dict[int, tuple[int, float]]:
+    """Parent and CPU seconds of every process (Linux only: none elsewhere)."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if entry.isdigit():
@@ -60,14 +61,48 @@ def _tree_cpu_s(exclude: int | None) -> float:
             except OSError:
                 continue
             stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS)
+    return stats
+
+
+def _descendants(stats: dict[int, tuple[int, float]]) -> set[int]:
+    """This process and its descendants (the JVM and Spark's Python workers)."""
     mine = {os.getpid()}
     grew = True
     while grew:
         more = {pid for pid, (parent, _) in stats.items() if parent in mine} - mine
         mine |= more
         grew = bool(more)
-    mine.discard(exclude or -1)
+    return mine
+
+
+def _tree_cpu_s(exclude: int | None) -> float:
+    """CPU seconds used so far by this process and its descendants, the broker left out: on
+    a machine shared with other work, CPU per message is steadier than wall time."""
+    stats = _processes()
+    mine = _descendants(stats) - {exclude or -1}
     return sum(stats[pid][1] for pid in mine if pid in stats)
+
+
+def _jit_cpu_s() -> float:
+    """CPU seconds the JIT compiler threads of this process's JVMs used so far: a JVM keeps
+    compiling Spark's code for dozens of queries after it starts, a cost each of the first
+    reads carries (part of the Spark side's CPU per message)."""
+    total = 0.0
+    for pid in _descendants(_processes()):
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                stat = Path(f"/proc/{pid}/task/{thread}/stat").read_text()
+            except OSError:
+                continue
+            name, fields = stat.split("(", 1)[1].rsplit(")", 1)
+            if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+                values = fields.split()
+                total += (int(values[11]) + int(values[12])) / _TICKS
+    return total
 
 
 def plain_loop(client: pulsar.Client, topics: list[str], per_topic: int) -> float:
@@ -124,19 +159,26 @@ def measure(
     total = per_topic * topics
     times: dict[str, list[float]] = {"plain": [], "spark": []}
     cpu_us: dict[str, list[float]] = {"plain": [], "spark": []}
+    jit_us: list[float] = []
+    loads: dict[str, list[float]] = {"plain": [], "spark": []}
     for round_ in range(repeat):
         order = ["plain", "spark"] if round_ % 2 == 0 else ["spark", "plain"]
         for side in order:
-            cpu_before = _tree_cpu_s(broker_pid)
+            loads[side].append(os.getloadavg()[0])
+            cpu_before, jit_before = _tree_cpu_s(broker_pid), _jit_cpu_s()
             if side == "plain":
                 seconds = plain_loop(client, names, per_topic)
             else:
                 seconds = spark_count(spark, url, names, total)
             times[side].append(seconds)
             cpu_us[side].append((_tree_cpu_s(broker_pid) - cpu_before) / total * 1e6)
+            jit = (_jit_cpu_s() - jit_before) / total * 1e6
+            if side == "spark":
+                jit_us.append(jit)
             print(
                 f"  {topics} topic(s) {side:<6} {total / seconds:>12,.0f} msg/s "
-                f"{cpu_us[side][-1]:>6.1f} us CPU/msg",
+                f"{cpu_us[side][-1]:>6.1f} us CPU/msg ({jit:.1f} JVM JIT), "
+                f"load {loads[side][-1]:.2f}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -157,6 +199,9 @@ def measure(
         "spark_cpu_us_per_msg": cpu_us["spark"],
         "plain_cpu_us_per_msg_median": statistics.median(cpu_us["plain"]),
         "spark_cpu_us_per_msg_median": statistics.median(cpu_us["spark"]),
+        "spark_jit_cpu_us_per_msg": jit_us,
+        "spark_jit_cpu_us_per_msg_median": statistics.median(jit_us),
+        "load_average_1m": loads,
     }
 
 
@@ -254,6 +299,7 @@ def main() -> None:
     parser.add_argument("--topics", default="1,2,4", help="comma-separated topic counts")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--first-reads", type=int, default=3, help="fresh sessions of each")
+    parser.add_argument("--warm-up-reads", type=int, default=1, help="Spark reads before timing")
     parser.add_argument("--broker-url")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument(
@@ -287,6 +333,7 @@ def main() -> None:
             "messages": args.messages,
             "payload_bytes": len(PAYLOAD),
             "repeat": args.repeat,
+            "warm_up_reads": args.warm_up_reads,
             "master": args.master,
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
@@ -302,7 +349,8 @@ def main() -> None:
             ]
             for name in warm_up:
                 fill(client, name, 10_000)
-            spark_count(spark, url, warm_up, 10_000 * len(warm_up))
+            for _ in range(args.warm_up_reads):
+                spark_count(spark, url, warm_up, 10_000 * len(warm_up))
             results["runs"] = [
                 measure(
                     spark,
@@ -315,6 +363,7 @@ def main() -> None:
                 )
                 for topics in topic_counts
             ]
+        results["load_average_end"] = os.getloadavg()
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(results, indent=2))
@@ -343,7 +392,8 @@ def _print(results: dict[str, Any]) -> None:
     if results.get("runs"):
         print(
             f"\n{'topics':>6} {'plain msg/s':>12} {'plain MB/s':>11} "
-            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6} {'CPU us/msg plain/spark':>23}"
+            f"{'spark msg/s':>12} {'spark MB/s':>11} {'ratio':>6} "
+            f"{'CPU us/msg plain/spark (JIT)':>29}"
         )
         for run in results["runs"]:
             print(
@@ -351,8 +401,15 @@ def _print(results: dict[str, Any]) -> None:
                 f"{run['plain_mb_per_s']:>11.1f} {run['spark_msgs_per_s']:>12,.0f} "
                 f"{run['spark_mb_per_s']:>11.1f} {run['ratio']:>6.2f} "
                 f"{run['plain_cpu_us_per_msg_median']:>11.1f} / "
-                f"{run['spark_cpu_us_per_msg_median']:<9.1f}"
+                f"{run['spark_cpu_us_per_msg_median']:.1f} "
+                f"({run['spark_jit_cpu_us_per_msg_median']:.1f})"
             )
+        start, end = results["load_average"], results["load_average_end"]
+        print(
+            f"load average (1, 5, 15 min) at the start {start[0]:.2f} {start[1]:.2f} "
+            f"{start[2]:.2f}, at the end {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}; "
+            f"{results['cpus']} CPUs"
+        )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ the first time out of order, so the rule that makes a range exact is: skip every
 whose position is not greater than the last one yielded.
 
 This loop runs once per message: it calls the client's extension objects directly (the
-``pulsar`` package wraps each message and id in Python objects of its own), and messages
-come out as they are, for :mod:`._schema` to turn into columns.
+``pulsar`` package wraps each message and id in Python objects of its own), as few times as
+it can, and messages come out as they are, for :mod:`._schema` to turn into columns.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pulsar
 from pyspark.sql.datasource import InputPartition
@@ -28,6 +28,7 @@ from magnetar.spark_connector._offsets import (
     ENTRY_END,
     Position,
     batch_size,
+    position_of,
     reader_start,
 )
 from magnetar.spark_connector._passthrough import reader_kwargs
@@ -40,6 +41,11 @@ log = logging.getLogger(__name__)
 
 _STALL_MS = 1000
 """A reader silent this long while messages are known to follow is replaced."""
+
+_RECEIVER_QUEUE = 10_000
+"""Messages a reader prefetches unless ``receiverQueueSize`` says otherwise. With the client's
+default of 1000, pulsar-lite redelivered whole entries at refills (up to three deliveries a
+message), and each message cost more; a chunk of rows holds about as many messages anyway."""
 
 
 @dataclass(frozen=True)
@@ -80,16 +86,28 @@ def resolved_end(client: pulsar.Client, part: RangePartition) -> Position:
     return last_position(client, part.topic) if part.end is None else part.end
 
 
-Chunk = list[tuple[Any, Any]]
-"""``(message, message_id)`` pairs, in order."""
+_VARINTS = [bytes((i,)) for i in range(0x80)] + [
+    bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x80, 0x4000)
+]
+"""Batch indexes as protobuf varints, up to two bytes (batches of up to 16384 messages)."""
+_BATCH_INDEX_TAG = b"\x20"
+"""Field 4 (``batch_index``) of ``MessageIdData``, a varint."""
+
+
+class Chunk(NamedTuple):
+    """Messages in order (the client's raw objects) and their serialized ids, as two lists:
+    a column is then one method mapped over the messages, or the ids as they are."""
+
+    messages: list[Any]
+    ids: list[bytes]
 
 
 def read_range(
     client: pulsar.Client, part: RangePartition, settings: ReadSettings, chunk_rows: int = 8192
 ) -> Generator[Chunk, None, None]:
     """The messages of ``part`` in order, once each, filtered by publish time if asked (the
-    client's raw message and id objects), in chunks of up to ``chunk_rows``: handing over a
-    chunk rather than each message keeps the per-message loop tight.
+    client's raw messages, with their serialized ids), in chunks of up to ``chunk_rows``:
+    handing over a chunk rather than each message keeps the per-message loop tight.
 
     When the range cannot be read to its end (the broker has fewer messages, or sends
     nothing for ``pollTimeoutMs``) this raises :class:`PulsarReadError` if
@@ -104,12 +122,16 @@ def read_range(
     # An end of ENTRY_END covers an entry whose message count is unknown until the reader
     # meets the message that closes it.
     open_end = end[2] == ENTRY_END
-    end_entry = end[:2]
+    last_entry = (*end[:2], -1)  # positions from here on are in the end's entry
     stall_ms = min(settings.poll_timeout_ms, _STALL_MS)
     waited_ms = 0
     last = part.start
-    chunk: Chunk = []
-    add = chunk.append
+    messages: list[Any] = []
+    ids: list[bytes] = []
+    # The position of the message before and its serialized id split around the batch index
+    # (see _around_batch_index); an empty head predicts nothing.
+    ledger = entry = batch = -1
+    head = tail = b""
     reader = _open_reader(client, part.topic, last, settings)
     read_next = _raw(reader).read_next
     try:
@@ -129,24 +151,49 @@ def read_range(
                 read_next = _raw(reader).read_next
                 continue
             message_id = message.message_id()
-            position = (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+            serialized = message_id.serialize()
+            # Most messages follow the one before in its batch: the id that one predicts is
+            # compared as bytes, which is cheaper than asking the id for its position.
+            batch += 1
+            if batch < len(_VARINTS) and serialized == head + _VARINTS[batch] + tail:
+                position = (ledger, entry, batch)
+            else:
+                position = position_of(message_id)
+                ledger, entry, batch = position
+                head, tail = _around_batch_index(position, message_id.partition(), serialized)
             if position > end:
                 break
             if position > last:  # else a redelivery, which is no progress
                 last = position
                 waited_ms = 0
                 if not timed or since <= message.publish_timestamp() < until:
-                    add((message, message_id))
-                    if len(chunk) >= chunk_rows:
-                        yield chunk
-                        chunk = []
-                        add = chunk.append
-            if open_end and position[:2] == end_entry and _closes_entry(message_id, reader):
+                    messages.append(message)
+                    ids.append(serialized)
+                    if len(messages) >= chunk_rows:
+                        yield Chunk(messages, ids)
+                        messages, ids = [], []
+            if open_end and position >= last_entry and _closes_entry(batch, serialized, reader):
                 break
-        if chunk:
-            yield chunk
+        if messages:
+            yield Chunk(messages, ids)
     finally:
         reader.close()
+
+
+def _around_batch_index(
+    position: Position, partition: int, serialized: bytes
+) -> tuple[bytes, bytes]:
+    """``serialized`` (the id at ``position``) without its batch index: what comes before and
+    after, so that ``head + _VARINTS[i] + tail`` is the id of message ``i`` of the same batch;
+    empty if the id is not laid out so (``MessageIdData`` fields in order, as the client
+    writes them), and then no id is predicted."""
+    ledger, entry, index = position
+    if not 0 <= index < len(_VARINTS):
+        return b"", b""
+    head = pulsar.MessageId(partition, ledger, entry, -1).serialize() + _BATCH_INDEX_TAG
+    if not serialized.startswith(head + _VARINTS[index]):
+        return b"", b""
+    return head, serialized[len(head) + len(_VARINTS[index]) :]
 
 
 def _raw(reader: Any) -> Any:
@@ -157,7 +204,10 @@ def _raw(reader: Any) -> Any:
 
 def _open_reader(client: pulsar.Client, topic: str, after: Position, settings: ReadSettings) -> Any:
     start_id, inclusive = reader_start(after)
-    kwargs: dict[str, Any] = {"receiver_queue_size": 1000, **reader_kwargs(settings.reader_conf)}
+    kwargs: dict[str, Any] = {
+        "receiver_queue_size": _RECEIVER_QUEUE,
+        **reader_kwargs(settings.reader_conf),
+    }
     prefix = (
         settings.subscription_prefix
         or settings.reader_conf.get("subscriptionRolePrefix")
@@ -178,12 +228,12 @@ def _open_reader(client: pulsar.Client, topic: str, after: Position, settings: R
         raise PulsarReadError(f"cannot open a reader on {topic}: {error}") from None
 
 
-def _closes_entry(message_id: Any, reader: Any) -> bool:
-    """Whether no message follows ``message_id`` in its entry."""
-    index = message_id.batch_index()
+def _closes_entry(index: int, serialized_id: bytes, reader: Any) -> bool:
+    """Whether no message follows the one at batch ``index`` with ``serialized_id`` in its
+    entry."""
     if index < 0:
         return True  # not batched: one message per entry
-    size = batch_size(message_id.serialize())
+    size = batch_size(serialized_id)
     if size:
         return bool(index == size - 1)
     return not reader.has_message_available()

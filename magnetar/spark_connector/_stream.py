@@ -30,6 +30,7 @@ from magnetar.spark_connector._offsets import (
     Position,
     decode_offset,
     encode_offset,
+    position_of,
 )
 from magnetar.spark_connector._options import EARLIEST, LATEST, SourceOptions
 from magnetar.spark_connector._ranges import RangePartition, read_range
@@ -192,20 +193,15 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         chunks = read_range(
             self._driver_client(), RangePartition(partition, start, end), self._settings, 256
         )
-        spent, position = _Spent(), start
+        spent = _Spent()
         try:
             for chunk in chunks:
-                for message, message_id in chunk:
+                for message, serialized_id in zip(*chunk, strict=True):
                     spent.rows += 1
                     spent.bytes += message.length()
-                    position = (
-                        message_id.ledger_id(),
-                        message_id.entry_id(),
-                        message_id.batch_index(),
-                    )
                     if limit.reached(spent):
                         spent.full = True
-                        return spent, position
+                        return spent, position_of(pulsar.MessageId.deserialize(serialized_id))
         finally:
             chunks.close()
         # Read to its end: the end, past any messages the time filter skipped.
