@@ -12,7 +12,9 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["NOTHING", "AppliedPositions", "Position", "position"]
+from magnetar.broker_probe import protobuf_fields
+
+__all__ = ["NOTHING", "AppliedPositions", "Position", "batch_size", "more_in_batch", "position"]
 
 Position = tuple[int, int, int]
 """(ledger id, entry id, batch index): comparable and hashable within one partition."""
@@ -25,6 +27,24 @@ def position(message_id: Any) -> Position:
 
 NOTHING: Position = (-1, -1, -1)
 """Before the first message of a partition."""
+
+
+def batch_size(serialized_id: bytes) -> int:
+    """The ``batch_size`` (field 6) of a serialized ``MessageIdData``; 0 when absent.
+
+    The Python client exposes a message's batch index but not its batch's size, which tells
+    whether a message ends its entry.
+    """
+    for number, value in protobuf_fields(serialized_id):
+        if number == 6 and isinstance(value, int):
+            return value
+    return 0
+
+
+def more_in_batch(message_id: Any) -> bool:
+    """Whether more messages of ``message_id``'s batch follow it (False when unknown)."""
+    index: int = message_id.batch_index()
+    return index >= 0 and batch_size(message_id.serialize()) > index + 1
 
 
 class AppliedPositions:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pulsar
 
-from magnetar.positions import Position, position
+from magnetar.positions import Position, more_in_batch, position
 
 __all__ = ["TopicTailer"]
 
@@ -148,6 +148,10 @@ class TopicTailer:
                 log.debug("closing a stalled reader failed: %s", error)
 
     def _has_more(self) -> bool:
+        if more_in_batch(self._last_id):
+            # pulsar-lite names the last entry, not message, as the topic's last: a reader
+            # started inside a batch hears "nothing more" until the batch's rest arrives
+            return True
         try:
             return bool(self._reader.has_message_available())
         except Exception:

@@ -22,7 +22,6 @@ from typing import Any
 
 import pulsar
 
-from magnetar.broker_probe import protobuf_fields
 from magnetar.spark_connector.exceptions import InvalidOptionError
 from magnetar.topics import base_topic, full_topic_name
 
@@ -30,7 +29,6 @@ __all__ = [
     "BEFORE_EARLIEST",
     "ENTRY_END",
     "Position",
-    "batch_size",
     "decode_offset",
     "encode_offset",
     "end_position",
@@ -54,18 +52,6 @@ ENTRY_END = 2**31 - 1
 def position_of(message_id: Any) -> Position:
     """The position of a ``pulsar.MessageId``."""
     return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
-
-
-def batch_size(serialized_id: bytes) -> int:
-    """The ``batch_size`` (field 6) of a serialized ``MessageIdData``; 0 when absent.
-
-    The Python client exposes a message's batch index but not its batch's size, which tells
-    whether a message ends its entry.
-    """
-    for number, value in protobuf_fields(serialized_id):
-        if number == 6 and isinstance(value, int):
-            return value
-    return 0
 
 
 def inclusive_start_position(message_id: Any) -> Position:

@@ -23,11 +23,11 @@ from typing import Any, NamedTuple
 import pulsar
 from pyspark.sql.datasource import InputPartition
 
+from magnetar.positions import batch_size
 from magnetar.spark_connector._client import last_position
 from magnetar.spark_connector._offsets import (
     ENTRY_END,
     Position,
-    batch_size,
     position_of,
     reader_start,
 )

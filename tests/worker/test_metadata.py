@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pulsar
 import pytest
 
+from magnetar.positions import more_in_batch
 from magnetar.tailer import TopicTailer
 from magnetar.worker.exceptions import FunctionExistsError
 from magnetar.worker.metadata import FunctionRecord, MetadataManager
@@ -182,6 +183,31 @@ def test_tailer_catches_up_on_an_empty_topic_and_after_writes(
         assert seen == [f"r{i}".encode() for i in range(50)]  # each once, in order
     finally:
         tailer.stop()
+
+
+def test_a_message_id_tells_whether_more_of_its_batch_follows(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    """What a tailer's catch-up relies on after starting from a checkpoint inside a batch:
+    pulsar-lite names the last entry, not message, as a topic's last, so a reader created
+    there says nothing more is available until the batch's rest arrives."""
+    batched = client.create_producer(
+        metadata_topic,
+        batching_enabled=True,
+        batching_max_messages=10,
+        batching_max_publish_delay_ms=1000,
+    )
+    for i in range(10):
+        batched.send_async(f"r{i}".encode(), None)
+    batched.flush()
+    client.create_producer(metadata_topic).send(b"alone")
+    reader = client.create_reader(metadata_topic, pulsar.MessageId.earliest)
+    ids = [reader.read_next(10_000).message_id() for _ in range(11)]
+    reader.close()
+
+    assert [more_in_batch(i) for i in ids] == [True] * 9 + [False, False]
+    checkpoint = pulsar.MessageId.deserialize(ids[4].serialize())  # as a table keeps it
+    assert more_in_batch(checkpoint) is True
 
 
 def test_entries_start_from_the_defaults_and_follow_records(
