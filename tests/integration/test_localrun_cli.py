@@ -80,6 +80,16 @@ def localrun(cli_env: dict[str, str]) -> Iterator[object]:
             run.process.wait()
 
 
+EXCLAMATION_FROM_EARLIEST = (
+    "--py",
+    str(EXAMPLES / "exclamation.py"),
+    "--classname",
+    "exclamation.ExclamationFunction",
+    "--subs-position",
+    "Earliest",
+)
+
+
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*MAGNETAR, "functions", "localrun", *args],
@@ -97,16 +107,11 @@ def test_pulsar_sdk_function_runs_against_a_separate_broker(
     topic: str,  # type: ignore[no-untyped-def]
 ) -> None:
     run = localrun(
-        "--py",
-        str(EXAMPLES / "exclamation.py"),
-        "--classname",
-        "exclamation.ExclamationFunction",
+        *EXCLAMATION_FROM_EARLIEST,
         "--inputs",
         topic,
         "--output",
         f"{topic}-out",
-        "--subs-position",
-        "Earliest",
         "--status-interval",
         "0.5",
     )
@@ -129,16 +134,11 @@ def test_effectively_once_outputs_are_named_after_their_input_where_the_broker_d
     broker_kind: str,  # type: ignore[no-untyped-def]
 ) -> None:
     run = localrun(
-        "--py",
-        str(EXAMPLES / "exclamation.py"),
-        "--classname",
-        "exclamation.ExclamationFunction",
+        *EXCLAMATION_FROM_EARLIEST,
         "--inputs",
         topic,
         "--output",
         f"{topic}-out",
-        "--subs-position",
-        "Earliest",
         "--processing-guarantees",
         "EFFECTIVELY_ONCE",
     )
