@@ -80,14 +80,20 @@ def localrun(cli_env: dict[str, str]) -> Iterator[object]:
             run.process.wait()
 
 
-EXCLAMATION_FROM_EARLIEST = (
-    "--py",
-    str(EXAMPLES / "exclamation.py"),
-    "--classname",
-    "exclamation.ExclamationFunction",
-    "--subs-position",
-    "Earliest",
-)
+def exclamation(topic: str) -> tuple[str, ...]:
+    """The flags of the exclamation example from ``topic`` (its earliest) to ``<topic>-out``."""
+    return (
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--classname",
+        "exclamation.ExclamationFunction",
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--subs-position",
+        "Earliest",
+    )
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -107,11 +113,7 @@ def test_pulsar_sdk_function_runs_against_a_separate_broker(
     topic: str,  # type: ignore[no-untyped-def]
 ) -> None:
     run = localrun(
-        *EXCLAMATION_FROM_EARLIEST,
-        "--inputs",
-        topic,
-        "--output",
-        f"{topic}-out",
+        *exclamation(topic),
         "--status-interval",
         "0.5",
     )
@@ -134,11 +136,7 @@ def test_effectively_once_outputs_are_named_after_their_input_where_the_broker_d
     broker_kind: str,  # type: ignore[no-untyped-def]
 ) -> None:
     run = localrun(
-        *EXCLAMATION_FROM_EARLIEST,
-        "--inputs",
-        topic,
-        "--output",
-        f"{topic}-out",
+        *exclamation(topic),
         "--processing-guarantees",
         "EFFECTIVELY_ONCE",
     )
