@@ -139,24 +139,10 @@ def create_client(
     return client
 
 
-_versions: dict[str, str] = {}
-
-
-def _broker_version(service_url: str) -> str | None:
-    """What the broker says it is: asked once per URL in a process (a client and then its
-    instance both want to know), again while no broker answers."""
-    version = _versions.get(service_url)
-    if version is None:
-        version = server_version(service_url)
-        if version is not None:
-            _versions[service_url] = version
-    return version
-
-
 def _needs_id_spread(service_url: str) -> bool:
     """Whether the broker may be pulsar-lite (any broker that does not say what it is)."""
     try:
-        version = _broker_version(service_url)
+        version = server_version(service_url)
     except ValueError:  # a URL the client itself will refuse, with its own message
         return False
     return version is None or _is_pulsar_lite(version)
@@ -166,7 +152,7 @@ def may_deduplicate(service_url: str) -> bool:
     """Whether the broker may drop messages by their producer's sequence ids: any broker but
     pulsar-lite, which has no deduplication."""
     try:
-        version = _broker_version(service_url)
+        version = server_version(service_url)
     except ValueError:
         return True
     return version is None or not _is_pulsar_lite(version)
