@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ import pulsar
 import pytest
 
 from magnetar.testing import descendants_named
+from magnetar.testing.stream import Stream
 from magnetar.worker.runtime import INSTANCE_PROCESS_NAME
 from tests.cluster.conftest import Cluster, Worker, wait_until
 
@@ -50,61 +50,18 @@ def non_leader(cluster: Cluster, workers: list[Worker]) -> Worker:
     return next(w for w in workers if w.worker_id != leader and w.process.poll() is None)
 
 
-class Stream:
-    """A steady stream of numbered messages into ``topic``, and the outputs collected."""
+def stream_into(client: pulsar.Client, topic: str) -> Stream:
+    """A steady stream into ``topic``, the exclamation outputs of ``<topic>-out`` collected."""
+    return Stream(client, topic, f"{topic}-out").start()
 
-    def __init__(self, client: pulsar.Client, topic: str, rate: float = 200.0) -> None:
-        self.topic = topic
-        self.sent: list[str] = []
-        self.received: set[str] = set()
-        self._client = client
-        self._rate = rate
-        self._stop = threading.Event()
-        self._consumer = client.subscribe(
-            f"{topic}-out", "check", initial_position=pulsar.InitialPosition.Earliest
-        )
-        self._threads = [
-            threading.Thread(target=self._produce, daemon=True),
-            threading.Thread(target=self._collect, daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
 
-    def _produce(self) -> None:
-        producer = self._client.create_producer(self.topic, batching_enabled=False)
-        i = 0
-        while not self._stop.is_set():
-            value = f"m{i}"
-            producer.send(value.encode())
-            self.sent.append(value)
-            i += 1
-            time.sleep(1 / self._rate)
-        producer.close()
-
-    def _collect(self) -> None:
-        while True:
-            try:
-                message = self._consumer.receive(200)
-            except pulsar.Timeout:
-                if self._stop.is_set() and self.complete():
-                    return
-                continue
-            self._consumer.acknowledge(message)
-            self.received.add(message.data().decode().removesuffix("!"))
-
-    def complete(self) -> bool:
-        return set(self.sent) <= self.received
-
-    def stop_and_check(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        self._threads[0].join()
-        try:
-            wait_until(self.complete, timeout, "every input has an output")
-        except AssertionError:
-            missing = sorted(set(self.sent) - self.received, key=lambda v: int(v[1:]))
-            raise AssertionError(
-                f"{len(missing)} of {len(self.sent)} inputs have no output: {missing[:20]}"
-            ) from None
+def stop_and_check(stream: Stream, timeout: float = 30.0) -> None:
+    """Stop the stream; every input it sent gets its output within ``timeout``."""
+    stream.stop()
+    complete = stream.wait_complete(timeout)
+    missing = stream.missing()
+    stream.close()
+    assert complete, f"{len(missing)} of {len(stream.sent)} inputs have no output: {missing[:20]}"
 
 
 def test_create_on_any_worker_runs_one_instance_on_each_worker(cluster: Cluster) -> None:
@@ -220,7 +177,7 @@ def test_kill_a_non_leader_under_a_stream_loses_nothing(
         == 204
     )
     wait_until(lambda: running(cluster, workers[0], "survivor") == 3, 10, "running")
-    stream = Stream(cluster_client, topic)
+    stream = stream_into(cluster_client, topic)
     time.sleep(1.5)
     victim = non_leader(cluster, workers)
     victim.kill()
@@ -236,7 +193,7 @@ def test_kill_a_non_leader_under_a_stream_loses_nothing(
     )
     assert time.monotonic() - killed_at <= LIVENESS_S + 2 + 3, took
     time.sleep(1)
-    stream.stop_and_check()
+    stop_and_check(stream)
 
 
 @pytest.mark.brokers("lite", "apache")
@@ -257,7 +214,7 @@ def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
         == 204
     )
     wait_until(lambda: running(cluster, workers[1], "phoenix") == 3, 10, "running")
-    stream = Stream(cluster_client, topic)
+    stream = stream_into(cluster_client, topic)
     time.sleep(1.5)
     old_leader = cluster.leader_id(workers[0])
     leader = next(w for w in workers if w.worker_id == old_leader)
@@ -270,7 +227,7 @@ def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
         lambda: running(cluster, witness, "phoenix") == 3, LIVENESS_S + 5, "instances running again"
     )
     assert elected <= LIVENESS_S + 2
-    stream.stop_and_check()
+    stop_and_check(stream)
 
 
 def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) -> None:
