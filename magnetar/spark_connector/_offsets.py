@@ -22,6 +22,9 @@ from typing import Any
 
 import pulsar
 
+from magnetar.positions import NOTHING as BEFORE_EARLIEST
+from magnetar.positions import Position
+from magnetar.positions import position as position_of
 from magnetar.spark_connector.exceptions import InvalidOptionError
 from magnetar.topics import base_topic, full_topic_name
 
@@ -39,19 +42,8 @@ __all__ = [
     "reader_start",
 ]
 
-Position = tuple[int, int, int]
-"""``(ledger_id, entry_id, batch_index)`` of a message in its topic partition."""
-
-BEFORE_EARLIEST: Position = (-1, -1, -1)
-"""Sorts before every stored message (ledger ids start at 0)."""
-
 ENTRY_END = 2**31 - 1
 """A batch index after every message of an entry: ``(l, e, ENTRY_END)`` ends at entry e."""
-
-
-def position_of(message_id: Any) -> Position:
-    """The position of a ``pulsar.MessageId``."""
-    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
 
 
 def inclusive_start_position(message_id: Any) -> Position:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import json
-import time
 import uuid
 from typing import Any
 
@@ -14,6 +13,7 @@ import pulsar
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_cluster import running
+from tests.integration.conftest import collect, produce, values
 
 
 def create_js(
@@ -26,30 +26,6 @@ def create_js(
         files={"data": (filename, source)},
         timeout=30,
     )
-
-
-def receive(client: pulsar.Client, topic: str, count: int, timeout: float = 30) -> list[str]:
-    consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
-    found: list[str] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(found) < count and time.monotonic() < deadline:
-            try:
-                message = consumer.receive(500)
-            except pulsar.Timeout:
-                continue
-            consumer.acknowledge(message)
-            found.append(message.data().decode())
-    finally:
-        consumer.close()
-    return found
-
-
-def send(client: pulsar.Client, topic: str, values: list[str]) -> None:
-    producer = client.create_producer(topic)
-    for value in values:
-        producer.send(value.encode())
-    producer.close()
 
 
 def test_javascript_function_runs_on_a_worker(
@@ -70,8 +46,8 @@ def test_javascript_function_runs_on_a_worker(
     config = cluster.get(worker, "/admin/v3/functions/public/default/excl-js")
     assert config["js"] == "exclamation.js" and "py" not in config  # runtime: JAVASCRIPT
     wait_until(lambda: running(cluster, worker, "excl-js") == 2, 30, "two instances running")
-    send(cluster_client, topic, [f"m{i}" for i in range(50)])
-    assert sorted(receive(cluster_client, f"{topic}-out", 50)) == sorted(
+    produce(cluster_client, topic, [f"m{i}" for i in range(50)])
+    assert sorted(values(collect(cluster_client, f"{topic}-out", 50, timeout=30))) == sorted(
         f"m{i}!" for i in range(50)
     )
 
@@ -136,8 +112,8 @@ def test_thrown_errors_and_timeouts_show_in_status_and_the_instance_runs_on(
     )
     assert created.status_code == 204, created.text
     wait_until(lambda: running(cluster, worker, "fragile-js") == 1, 30, "instance running")
-    send(cluster_client, topic, ["a", "boom", "hang", "b"])
-    assert receive(cluster_client, f"{topic}-out", 2) == ["A", "B"]
+    produce(cluster_client, topic, ["a", "boom", "hang", "b"])
+    assert values(collect(cluster_client, f"{topic}-out", 2, timeout=30)) == ["A", "B"]
 
     def instance() -> dict[str, Any]:
         status: dict[str, Any] = cluster.status(worker, "fragile-js")["instances"][0]["status"]
@@ -166,8 +142,8 @@ def test_word_count_with_counters_on_a_worker(
     assert created.status_code == 204, created.text
     wait_until(lambda: running(cluster, worker, "wc-js") == 1, 30, "instance running")
     lines = [f"the fox n{i % 7} the end" for i in range(200)]
-    send(cluster_client, topic, lines)
-    answers = receive(cluster_client, f"{topic}-out", 200)
+    produce(cluster_client, topic, lines)
+    answers = values(collect(cluster_client, f"{topic}-out", 200, timeout=30))
     assert sorted(answers, key=lambda a: int(a.split("=")[1])) == [
         f"the={2 * i}" for i in range(1, 201)
     ]

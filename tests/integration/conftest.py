@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pulsar
@@ -46,7 +46,9 @@ def run_function(client: pulsar.Client) -> Iterator[RunFunction]:
         assert instance.wait(30), "instance did not stop within 30 s"
 
 
-def produce(client: pulsar.Client, topic: str, values: list[str | bytes], **kwargs: Any) -> None:
+def produce(
+    client: pulsar.Client, topic: str, values: Sequence[str | bytes], **kwargs: Any
+) -> None:
     producer = client.create_producer(topic)
     for value in values:
         producer.send(value.encode() if isinstance(value, str) else value, **kwargs)
