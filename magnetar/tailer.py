@@ -57,6 +57,9 @@ class TopicTailer:
         self._caught_up = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._probe: Any = None
+        self._probe_after = b""
+        self._probe_lock = threading.Lock()
 
     def start(self) -> None:
         self._reader = self._client.create_reader(self._topic, self._last_id)
@@ -67,10 +70,15 @@ class TopicTailer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
-        try:
-            self._reader.close()
-        except Exception as error:
-            log.debug("closing the %s reader failed: %s", self._name, error)
+        with self._probe_lock:
+            readers = [self._reader, self._probe]
+            self._probe = None
+        for reader in readers:
+            try:
+                if reader is not None:
+                    reader.close()
+            except Exception as error:
+                log.debug("closing a %s reader failed: %s", self._name, error)
 
     def wait_caught_up(self, timeout: float) -> bool:
         """Wait until everything published before the tailer started has been applied."""
@@ -148,12 +156,41 @@ class TopicTailer:
                 log.debug("closing a stalled reader failed: %s", error)
 
     def _has_more(self) -> bool:
-        if more_in_batch(self._last_id):
+        """Whether the topic holds a message after the last one read (and recorded).
+
+        Asked of a reader of its own that starts after that message and never reads: the
+        tailing reader's answer compares with what its client has dequeued, which runs ahead
+        of what this thread has recorded, so a check between the two said "nothing more"
+        with a message unapplied (a state query on a restarted worker answered short)."""
+        last = self._last_id
+        if more_in_batch(last):
             # pulsar-lite names the last entry, not message, as the topic's last: a reader
             # started inside a batch hears "nothing more" until the batch's rest arrives
             return True
-        try:
-            return bool(self._reader.has_message_available())
-        except Exception:
-            # The broker cannot give the last message id of an empty topic: nothing to read.
-            return self._applied != _NOTHING
+        with self._probe_lock:
+            try:
+                if self._probe_after != last.serialize() and self._reader.has_message_available():
+                    return True  # not even dequeued yet; spares a new probe while catching up
+                return bool(self._probe_reader(last).has_message_available())
+            except Exception:
+                # The broker cannot give the last message id of an empty topic: nothing to
+                # read. Any other failure: ask again.
+                self._drop_probe()
+                return self._applied != _NOTHING
+
+    def _probe_reader(self, last: Any) -> Any:
+        """A reader starting after ``last``, kept while ``last`` is the last message read."""
+        after = last.serialize()
+        if self._probe is None or self._probe_after != after:
+            self._drop_probe()
+            self._probe = self._client.create_reader(self._topic, last, receiver_queue_size=1)
+            self._probe_after = after
+        return self._probe
+
+    def _drop_probe(self) -> None:
+        if self._probe is not None:
+            try:
+                self._probe.close()
+            except Exception as error:
+                log.debug("closing the %s probe failed: %s", self._name, error)
+        self._probe = None
