@@ -185,6 +185,24 @@ def test_tailer_catches_up_on_an_empty_topic_and_after_writes(
         tailer.stop()
 
 
+def test_catch_up_is_not_fooled_by_a_message_read_but_not_yet_applied(
+    client: pulsar.Client, metadata_topic: str
+) -> None:
+    """The race a state query on a restarted worker lost (it answered 6 updates short): the
+    tailing reader's client had handed over the last message, so that reader said nothing
+    more was available, while the tailer had not applied it yet."""
+    client.create_producer(metadata_topic).send(b"r0")
+    tailer = TopicTailer(client, metadata_topic, lambda m: None, "test")
+    # the tailer's reader, without its thread: the message is taken, never applied
+    tailer._reader = client.create_reader(metadata_topic, pulsar.MessageId.earliest)
+    try:
+        assert tailer._reader.read_next(10_000).data() == b"r0"
+        assert not tailer._reader.has_message_available()  # what catch-up used to trust
+        assert not tailer.catch_up(1.0)
+    finally:
+        tailer.stop()
+
+
 def test_a_message_id_tells_whether_more_of_its_batch_follows(
     client: pulsar.Client, metadata_topic: str
 ) -> None:
