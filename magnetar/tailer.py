@@ -167,20 +167,21 @@ class TopicTailer:
             # pulsar-lite names the last entry, not message, as the topic's last: a reader
             # started inside a batch hears "nothing more" until the batch's rest arrives
             return True
+        after = last.serialize()
         with self._probe_lock:
             try:
-                if self._probe_after != last.serialize() and self._reader.has_message_available():
+                if self._probe_after != after and self._reader.has_message_available():
                     return True  # not even dequeued yet; spares a new probe while catching up
-                return bool(self._probe_reader(last).has_message_available())
+                return bool(self._probe_reader(last, after).has_message_available())
             except Exception:
                 # The broker cannot give the last message id of an empty topic: nothing to
                 # read. Any other failure: ask again.
                 self._drop_probe()
                 return self._applied != _NOTHING
 
-    def _probe_reader(self, last: Any) -> Any:
-        """A reader starting after ``last``, kept while ``last`` is the last message read."""
-        after = last.serialize()
+    def _probe_reader(self, last: Any, after: bytes) -> Any:
+        """A reader starting after ``last`` (serialized: ``after``), kept while ``last`` is
+        the last message read."""
         if self._probe is None or self._probe_after != after:
             self._drop_probe()
             self._probe = self._client.create_reader(self._topic, last, receiver_queue_size=1)
