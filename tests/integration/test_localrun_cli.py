@@ -377,17 +377,7 @@ def test_ctrl_c_at_any_moment_stops_cleanly(
     env = dict(cli_env)
     if embedded:
         env.pop("MAGNETAR_BROKER_URL")
-    run = localrun(
-        "--py",
-        str(EXAMPLES / "exclamation.py"),
-        "--classname",
-        "exclamation.ExclamationFunction",
-        "--inputs",
-        topic,
-        "--parallelism",
-        "2",
-        env=env,
-    )
+    run = localrun(*exclamation(topic), "--parallelism", "2", env=env)
     time.sleep(delay_s)
     started = time.monotonic()
     code, _ = run.interrupt(signal.SIGINT, timeout=30)
