@@ -216,11 +216,12 @@ class LeaderService:
             draining = set(self._current_draining())
         members = self._membership.members()
         eligible = [w.worker_id for w in members if w.worker_id not in draining]
+        # stopped instances keep their place (as in Pulsar): their worker stops them, tells
+        # the truth about them until their process has exited, and starts them again there
         instances = [
             instance_key(fqfn, i)
             for fqfn, record in sorted(self._metadata.functions().items())
             for i in range(record.function_config().parallelism)
-            if i not in record.stopped
         ]
         current = self._assignments.current
         in_force = current.assignment if current else {}

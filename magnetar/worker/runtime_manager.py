@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from magnetar.instance.metrics import ExceptionInfo, MetricsSnapshot
+from magnetar.worker.model import parse_instance_key
 from magnetar.worker.runtime import InstanceSpec, Runtime, RuntimeHandle
 
 __all__ = ["BackoffPolicy", "RuntimeManager"]
@@ -32,6 +33,7 @@ _LATEST_EXCEPTIONS = 10
 _RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
+_DRAINING = "stopping: finishing its in-flight messages"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class _Instance:
     failures: int = 0
     """Crashes in a row (for the backoff); reset once it has run fine for a while."""
     num_restarts: int = 0
+    restart_requested: bool = False
+    """A restart was asked for: counted once its new run starts, so ``numRestarts`` never
+    counts a run that has not begun (the old one may still be draining)."""
     num_crashes: int = 0
     crashes: deque[ExceptionInfo] = field(default_factory=lambda: deque(maxlen=_LATEST_EXCEPTIONS))
     last_snapshot: MetricsSnapshot | None = None
@@ -191,7 +196,8 @@ class RuntimeManager:
             self._instances[key] = _Instance(
                 slot.spec,
                 start_at=now,
-                num_restarts=slot.num_restarts + 1,
+                num_restarts=slot.num_restarts,
+                restart_requested=True,
                 num_crashes=slot.num_crashes,
                 crashes=slot.crashes,
             )
@@ -201,10 +207,22 @@ class RuntimeManager:
     # --- what is running ------------------------------------------------------------------
 
     def status(self, key: str) -> MetricsSnapshot | None:
-        """The status of an instance assigned here; None if it is not assigned here."""
+        """The status of an instance assigned here, or of one that is no longer wanted here
+        but still drains (it may still take a message); None if neither."""
         with self._lock:
             slot = self._instances.get(key)
-            return None if slot is None else self._status(slot)
+            if slot is not None:
+                return self._status(slot)
+            handle = self._draining(key)
+        if handle is None:
+            return None
+        snapshot = handle.snapshot() or _empty_snapshot(parse_instance_key(key)[1])
+        running = handle.is_alive() and snapshot.running
+        return replace(snapshot, running=running, error=_DRAINING, worker_id=self.worker_id)
+
+    def _draining(self, key: str) -> RuntimeHandle | None:
+        """The handle of a retired run of ``key`` that has not exited yet."""
+        return next((r.handle for r in self._retired if r.key == key), None)
 
     def statuses(self) -> dict[str, MetricsSnapshot]:
         """The status of every instance assigned here, by instance key."""
@@ -233,7 +251,7 @@ class RuntimeManager:
         handle = slot.handle
         if handle is None:
             # a stopping instance runs until it has drained: it may still take a message
-            handle = next((r.handle for r in self._retired if r.key == slot.spec.key), None)
+            handle = self._draining(slot.spec.key)
         snapshot = handle.snapshot() if handle is not None else slot.last_snapshot
         if snapshot is None:
             snapshot = _empty_snapshot(slot.spec.instance_id)
@@ -388,9 +406,11 @@ class RuntimeManager:
                     slot.handle = handle
                     self._retire(slot, "no longer assigned to this worker", now)
                 return
-            restart = f", restart {slot.num_restarts + 1}" if slot.failures else ""
-            if slot.failures:
+            restart = ""
+            if slot.failures or slot.restart_requested:
                 slot.num_restarts += 1
+                slot.restart_requested = False
+                restart = f", restart {slot.num_restarts}"
             if handle is None:
                 self._crashed(slot, start_error, now)
                 return

@@ -23,7 +23,7 @@ from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
-from magnetar.worker.model import WorkerInfo, WorkerReport
+from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
@@ -199,8 +199,14 @@ class WorkerService:
         if current is None:
             return WorkerReport(None)
         mine = {key for key, owner in current.assignment.items() if owner == self.config.worker_id}
+        stopped = {
+            instance_key(fqfn, i)
+            for fqfn, record in self.metadata.functions().items()
+            for i in record.stopped
+        }
         return WorkerReport(
-            (current.term, current.version), frozenset(mine - self.runtime.running_keys())
+            (current.term, current.version),
+            frozenset(mine - stopped - self.runtime.running_keys()),
         )
 
     def _on_leadership(self, leader: bool) -> None:

@@ -164,9 +164,9 @@ def test_apply_restarts_a_changed_version_and_stops_a_removed_instance(
     assert second_pid is not None
 
     manager.apply({})
-    assert manager.status(key) is None
     assert manager.running_keys() == set()
     wait_for(lambda: not pid_exists(second_pid))
+    wait_for(lambda: manager.status(key) is None)
 
 
 def test_instance_stuck_in_user_code_is_killed_after_the_stop_timeout(
@@ -195,8 +195,38 @@ def test_instance_stuck_in_user_code_is_killed_after_the_stop_timeout(
         started = time.monotonic()
         manager.apply({})
         assert time.monotonic() - started < 0.5  # apply does not wait for the drain
+        # until its process is gone it may still take a message: its status says so
+        draining = manager.status(key)
+        assert draining is not None and draining.running is True
+        assert draining.error == "stopping: finishing its in-flight messages"
         wait_for(lambda: not pid_exists(pid), timeout=10)
     assert "did not stop within 1 s; killing it" in caplog.text
+    wait_for(lambda: manager.status(key) is None)
+
+
+def test_a_restart_is_counted_once_its_new_run_has_started(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config("slow.py", inputs=[topic], output=f"{topic}-out")
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(stop_timeout_s=2.0)
+    manager.apply(specs)
+    producer = client.create_producer(topic, batching_enabled=True)
+    for value in ("first", "second", "hang"):
+        producer.send_async(value.encode(), None)
+    producer.flush()
+    producer.close()
+    assert values(collect(client, f"{topic}-out", 1)) == ["first"]
+    old_pid = manager.pid(key)
+
+    assert manager.restart(key)
+    # the old run drains (stuck in "hang" until it is killed): not a restart yet
+    draining = manager.status(key)
+    assert draining is not None and (draining.running, draining.num_restarts) == (True, 0)
+    wait_for(lambda: manager.pid(key) not in (None, old_pid), timeout=15)
+    assert old_pid is not None and not pid_exists(old_pid)
+    status = manager.status(key)
+    assert status is not None and status.num_restarts == 1
 
 
 def warm_processes() -> list[int]:
@@ -261,7 +291,7 @@ def test_thread_runtime_runs_and_stops_an_instance(
     assert manager.pid(key) is None
 
     manager.apply({})
-    assert manager.status(key) is None
+    wait_for(lambda: manager.status(key) is None)
     thread_name = f"instance-{config.fqfn}"
     wait_for(lambda: all(t.name != thread_name for t in threading.enumerate()))
 

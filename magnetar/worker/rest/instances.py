@@ -63,13 +63,15 @@ def _snapshot_or_reason(
     "status" or "stats"), or why it is not running."""
     found = services(request)
     owner = _owner(found, record, instance_id)
-    if instance_id in record.stopped:
-        return "stopped"
+    # a stopped instance is asked of its worker too: it runs until it has drained
+    stopped = instance_id in record.stopped
     if owner is None:
-        return "Function has not been scheduled"
+        return "stopped" if stopped else "Function has not been scheduled"
     if owner == found.config.worker_id:
         snapshot = found.instances.status(instance_key(record.fqfn, instance_id))
-        return "starting" if snapshot is None else snapshot
+        if snapshot is None:
+            return "stopped" if stopped else "starting"
+        return snapshot
     try:
         response = call_worker(
             request, owner, "GET", f"/admin/v3/functions/{record.fqfn}/{instance_id}/{kind}"
