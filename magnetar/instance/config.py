@@ -113,11 +113,13 @@ class ProducerSpec(_Model):
     """NONE, LZ4, ZLIB, ZSTD or SNAPPY."""
     batch_builder: str | None = None
     """DEFAULT or KEY_BASED."""
+    batching_config: dict[str, Any] | None = None
+    """PIP-401's batching settings (``enabled``, ``batchingMaxPublishDelayMs``,
+    ``batchingMaxMessages``, ``batchingMaxBytes``); when set, batches wait for their delay."""
     # Accepted and kept: Pulsar's Java producer options without a meaning here.
     max_pending_messages_across_partitions: int | None = None
     use_thread_local_producers: bool | None = None
     crypto_config: dict[str, Any] | None = None
-    batching_config: dict[str, Any] | None = None
 
 
 class FunctionConfig(_Model):

@@ -68,6 +68,8 @@ class ChunkSender:
     def __init__(self, large_message_bytes: int) -> None:
         self._large = large_message_bytes
         self._held: dict[Any, _HeldSend] = {}
+        self._unflushed: set[Any] = set()
+        """Producers sent on since the last ``flush``: their batches may still be open."""
         self.completions: deque[Completion] = deque()
         self.completed = threading.Event()
 
@@ -104,6 +106,7 @@ class ChunkSender:
         if tracked:
             chunk.pending += 1
             callback = self._callback(chunk, send.user_callback, send.owner)
+        self._unflushed.add(producer)
         try:
             producer.send_async(send.content, callback, **send.kwargs)
         except Exception as error:  # e.g. producer closed: fail the chunk, never lose it
@@ -111,6 +114,16 @@ class ChunkSender:
                 chunk.pending += 1
             chunk.error = chunk.error or f"send to {producer.topic()} failed: {error}"
             self.completions.append((chunk, pulsar.Result.UnknownError, None))
+
+    def flush(self) -> None:
+        """Send the open batches now instead of at the end of their publish delay: without
+        more input waiting, nothing is gained by holding them (the 10 ms delay was most of a
+        light stream's latency). Returns at once; completions come as usual."""
+        for producer in self._unflushed:
+            # pulsar.Producer wraps the client's producer, whose flush_async it does not expose
+            with contextlib.suppress(Exception):  # a closed producer: its sends fail anyway
+                producer._producer.flush_async(_ignore)
+        self._unflushed.clear()
 
     def _callback(
         self, chunk: Chunk, user_callback: Callable[[Any, Any], None] | None, owner: Any
@@ -126,3 +139,7 @@ class ChunkSender:
                     user_callback(result, message_id)
 
         return on_sent
+
+
+def _ignore(result: Any) -> None:
+    """The sends' own callbacks report their results; a flush's result says nothing more."""

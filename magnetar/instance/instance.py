@@ -39,7 +39,7 @@ from magnetar.instance.loader import LoadedFunction, load_function
 from magnetar.instance.logtopic import function_logger
 from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
 from magnetar.instance.options import InstanceOptions
-from magnetar.instance.outputs import Outputs
+from magnetar.instance.outputs import Outputs, holds_batches
 from magnetar.instance.positions import RedeliveryFilter
 from magnetar.instance.python_runner import PythonRunner
 from magnetar.instance.retries import Ordering, Received, RetryQueue
@@ -113,6 +113,7 @@ class FunctionInstance:
         self._drain = True
         self._thread: threading.Thread | None = None
         self._sender = ChunkSender(self.options.large_message_bytes)
+        self._flush_when_idle = not holds_batches(config)
         self._chunk = Chunk()
         self._outputs: Outputs | None = None
         self._inputs: Inputs | None = None
@@ -402,6 +403,9 @@ class FunctionInstance:
                 received = inputs.receive(acknowledger.unacked > 0, runner.busy)
                 if received or runner.busy:
                     self._process_chunk(received)
+                if len(received) < options.max_chunk and self._flush_when_idle:
+                    # no more input ready: send the open batches now, not after their delay
+                    self._sender.flush()
             acknowledger.acknowledge_completed()
             outputs.close_idle()
             if inputs.rewind_requested:

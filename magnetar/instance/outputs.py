@@ -18,7 +18,7 @@ from magnetar.instance.partition_outputs import PartitionOutputs
 from magnetar.instance.positions import sequence_id
 from magnetar.topics import full_topic_name
 
-__all__ = ["INPUT_MSG_ID", "INPUT_TOPIC", "Outputs"]
+__all__ = ["INPUT_MSG_ID", "INPUT_TOPIC", "Outputs", "holds_batches"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,13 @@ _COMPRESSION = {
     "ZSTD": pulsar.CompressionType.ZSTD,
     "SNAPPY": pulsar.CompressionType.SNAPPY,
 }
+_BATCHING_CONFIG = {
+    "enabled": "batching_enabled",
+    "batchingMaxPublishDelayMs": "batching_max_publish_delay_ms",
+    "batchingMaxMessages": "batching_max_messages",
+    "batchingMaxBytes": "batching_max_allowed_size_in_bytes",
+}
+"""PIP-401's ``producerConfig.batchingConfig`` fields -> the Python producer's settings."""
 INPUT_TOPIC = "__pfn_input_topic__"
 INPUT_MSG_ID = "__pfn_input_msg_id__"
 
@@ -159,4 +166,15 @@ def _output_settings(config: FunctionConfig, schema: Any) -> dict[str, Any]:
         settings["compression_type"] = _COMPRESSION[spec.compression_type.upper()]
     if spec is not None and spec.max_pending_messages:
         settings["max_pending_messages"] = spec.max_pending_messages
+    batching = (spec.batching_config if spec else None) or {}
+    for field, setting in _BATCHING_CONFIG.items():
+        if batching.get(field) is not None:
+            settings[setting] = batching[field]
     return settings
+
+
+def holds_batches(config: FunctionConfig) -> bool:
+    """Whether the user set the output's batching (PIP-401's ``batchingConfig``): then
+    batches wait for their delay as asked, rather than going out when no input waits."""
+    spec = config.producer_config
+    return bool(spec and spec.batching_config)
