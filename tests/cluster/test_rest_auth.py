@@ -16,11 +16,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from magnetar.broker import EmbeddedBroker, find_free_port
+from magnetar.broker import find_free_port
 from magnetar.cli import main
-from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.cluster.conftest import Cluster, Worker, wait_until, worker_env
 from tests.cluster.test_standalone import free_ports, ready
-from tests.conftest import EXAMPLES, MAGNETAR
+from tests.conftest import EXAMPLES, MAGNETAR, Broker
 
 
 @dataclass
@@ -55,9 +55,7 @@ def _cli(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def secured(
-    cluster_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Secured]:
+def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     root = tmp_path_factory.mktemp("auth")
     key = root / "secret.key"
     _cli("tokens", "create-secret-key", "--output", str(key))
@@ -72,6 +70,7 @@ def secured(
         cluster_broker.service_url,
         root,
         env={
+            **worker_env(cluster_broker),
             "MAGNETAR_AUTHENTICATION_ENABLED": "true",
             "MAGNETAR_TOKEN_SECRET_KEY": key.as_uri(),
             "MAGNETAR_SUPERUSER_ROLES": "admin",
@@ -304,6 +303,7 @@ def _admin_cli(secured: Secured, role: str, *args: str) -> str:
     return _cli("--admin-url", secured.follower.url, "--auth-token", secured.tokens[role], *args)
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_tenant_admins_are_the_tenants_admin_roles_and_the_configs(secured: Secured) -> None:
     _admin_cli(secured, "admin", "tenants", "create", "gamma", "--admin-roles", "gamma-admin")
     made = secured.call("PUT", "/admin/v2/namespaces/gamma/dev", "gamma-admin")
@@ -333,6 +333,7 @@ def _unauthorized(operation: str, topic: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_a_tenants_function_names_only_the_tenants_topics(secured: Secured) -> None:
     theirs = _topic("beta/prod/x", "in")
     for config, refusal in [
@@ -369,6 +370,7 @@ def test_a_tenants_function_names_only_the_tenants_topics(secured: Secured) -> N
         assert gone.status_code == 204
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_not_even_a_superuser_names_a_topic_of_the_system_namespace(secured: Secured) -> None:
     system = f"public/{secured.cluster.namespace}"  # the cluster's system namespace
     metadata = f"persistent://{system}/metadata"
@@ -418,6 +420,7 @@ def test_the_leaders_internal_path_validates_a_forwarded_change(secured: Secured
     assert secured.call("GET", "/admin/v3/functions/acme/prod", "admin").json() == []
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_another_tenants_functions_namespaces_and_tenant_are_out_of_reach(
     secured: Secured,
 ) -> None:
@@ -478,6 +481,7 @@ class Reveal(Function):
 """
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_functions_get_shows_secret_names_not_values(secured: Secured, tmp_path: Path) -> None:
     code = tmp_path / "reveal.py"
     code.write_text(SECRET_FUNCTION)
