@@ -29,6 +29,10 @@ __all__ = ["functions_router"]
 
 functions_router = APIRouter(prefix="/admin/v3/functions", tags=["functions"])
 
+SECRET_MASK = "******"
+"""What ``get`` shows of a secret's value (its locator: with the default provider, the
+secret itself). An update that sends it back keeps the value it stands for."""
+
 
 def _services(request: Request) -> RestServices:
     services: RestServices = request.app.state.services
@@ -264,11 +268,6 @@ def get(request: Request, tenant: str, namespace: str, name: str) -> dict[str, A
     if isinstance(config.get("secrets"), dict):
         config["secrets"] = dict.fromkeys(config["secrets"], SECRET_MASK)
     return config
-
-
-SECRET_MASK = "******"
-"""What ``get`` shows of a secret's value (its locator: with the default provider, the
-secret itself). An update that sends it back keeps the value it stands for."""
 
 
 def _unmasked(requested: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
