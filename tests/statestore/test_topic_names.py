@@ -36,8 +36,8 @@ def test_names_are_escaped_into_valid_topic_names_and_plain_names_keep_theirs() 
     assert journal_topic("public/default/a-b", "public/magnetar") == (
         "persistent://public/magnetar/state-public-default-a=2Db"
     )
-    assert snapshot_topic("acme/prod/caf\u00e9 au lait") == (
-        "persistent://public/functions/snapshots-acme-prod-caf=C3=A9=20au=20lait"
+    assert snapshot_topic("acme/prod/caf\u00e9 au lait", "public/magnetar") == (
+        "persistent://public/magnetar/snapshots-acme-prod-caf=C3=A9=20au=20lait"
     )
     # a name of letters, digits, '_' and '.' keeps the journal 0.1.0 gave it
     assert journal_topic("public/default/word_count.v2") == unescaped_journal_topic(
