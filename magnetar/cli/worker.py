@@ -130,6 +130,67 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
     _run_then_exit(lambda: _serve_until_signal(config))
 
 
+@worker.command("upgrade-state")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The workers' YAML config (its system namespace and metadata topic).",
+)
+@click.pass_obj
+def upgrade_state(obj: Any, /, config_file: str | None) -> None:
+    """Carry function state over from Magnetar 0.1.0's journal names: run once, with every
+    worker stopped, before starting the upgraded workers.
+
+    \b
+    0.1.0 named a journal state-<tenant>-<namespace>-<name> unescaped, so functions such
+    as a/b-c and a-b/c shared one. A function with '-' (or another character but letters,
+    digits, '_' and '.') in its names has a journal of its own now; this copies its old
+    journal into it. An old journal two functions shared is left alone and reported.
+    """
+    try:
+        config = load_worker_config(
+            Path(config_file) if config_file else None, broker_url=obj.broker_url
+        )
+    except MagnetarError as error:
+        raise click.ClickException(str(error)) from None
+    _run_then_exit(lambda: _upgrade_state(config))
+
+
+def _upgrade_state(config: WorkerConfig) -> None:
+    from magnetar.client import create_client
+    from magnetar.statestore.upgrade import carry_over_journals
+    from magnetar.worker.metadata import MetadataManager
+
+    client = create_client(config.broker_url)
+    try:
+        metadata = MetadataManager(client, config.system_topic(config.metadata_topic))
+        metadata.start()
+        try:
+            if not metadata.wait_caught_up(config.request_timeout_s * 6):
+                raise click.ClickException(
+                    f"could not read the metadata topic on {config.broker_url} in time"
+                )
+            functions = list(metadata.functions())
+        finally:
+            metadata.stop()
+        report = carry_over_journals(client, functions, config.system_namespace)
+    except MagnetarError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        client.close()
+    for fqfn, count in report.copied.items():
+        click.echo(f"{fqfn}: carried over {count} journal messages")
+    for fqfn in report.kept:
+        click.echo(f"{fqfn}: its journal has records already; left as it is")
+    for old, fqfns in report.ambiguous.items():
+        click.echo(
+            f"{old} was shared by {', '.join(fqfns)}: not carried over (whose records are "
+            "whose cannot be told); their state starts empty"
+        )
+    click.echo(f"{len(functions)} functions checked, {len(report.copied)} carried over")
+
+
 def _serve_until_signal(config: WorkerConfig) -> None:
     service = _start(config)
     click.echo(

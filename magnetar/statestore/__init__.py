@@ -1,7 +1,8 @@
 """Function state: counters and values, journaled on the broker, materialized in RocksDB.
 
 Each function has a table of signed 64-bit counters and byte values. Its durable form is a
-journal topic on the broker (``state-<tenant>-<namespace>-<name>`` in the system namespace):
+journal topic on the broker (``state-<tenant>-<namespace>-<name>`` in the system namespace, each
+part escaped so that no two functions share it):
 an instance turns the state updates of one input message into one journal record, sent
 before the input is acknowledged and carrying the input's topic and position. Whoever needs
 the table (an instance that reads its state, a worker answering state queries) materializes
@@ -16,6 +17,7 @@ latest snapshot and the journal.
 * ``snapshots``: publishing and loading snapshots of a table.
 * ``instance_store``: ``JournaledStateStore``, what a function's Context uses.
 * ``queries``: ``StateQueryService``, a worker's caught-up tables for REST queries.
+* ``upgrade``: carrying journals over from Magnetar 0.1.0's unescaped names.
 """
 
 from magnetar.statestore.exceptions import (

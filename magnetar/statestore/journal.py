@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import uuid
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "last_message_id",
     "new_writer_id",
     "snapshot_topic",
+    "unescaped_journal_topic",
 ]
 
 log = logging.getLogger(__name__)
@@ -35,22 +37,47 @@ DEFAULT_NAMESPACE = "public/functions"
 """The system namespace the journals live in unless a worker is configured otherwise."""
 
 
+_KEPT = re.compile(r"[A-Za-z0-9_.]")
+"""What a part of a state topic name keeps as it is; the rest is escaped."""
+
+
 def _parts(fqfn: str) -> tuple[str, str, str]:
     tenant, namespace, name = fqfn.split("/")
     return tenant, namespace, name
 
 
+def _escape(part: str) -> str:
+    """``part`` with every character but letters, digits, '_' and '.' written as '=' and
+    the hex of its UTF-8 bytes (``a-b`` -> ``a=2Db``): no escaped part holds '-', so the
+    parts joined by '-' name one function only, and a name without such characters stays
+    as it was before the escaping."""
+    return "".join(
+        char if _KEPT.fullmatch(char) else "".join(f"={byte:02X}" for byte in char.encode())
+        for char in part
+    )
+
+
+def _function_part(fqfn: str) -> str:
+    return "-".join(_escape(part) for part in _parts(fqfn))
+
+
 def journal_topic(fqfn: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """``persistent://<namespace>/state-<tenant>-<namespace>-<name>``: a function's journal."""
-    tenant, function_namespace, name = _parts(fqfn)
-    return f"persistent://{namespace}/state-{tenant}-{function_namespace}-{name}"
+    """``persistent://<namespace>/state-<tenant>-<namespace>-<name>``: a function's journal,
+    each part escaped (see ``_escape``), so that no two functions share it."""
+    return f"persistent://{namespace}/state-{_function_part(fqfn)}"
 
 
 def snapshot_topic(fqfn: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """``persistent://<namespace>/snapshots-<tenant>-<namespace>-<name>``: snapshots of a
-    function's table (a prefix no journal has, so no function's journal collides with it)."""
-    tenant, function_namespace, name = _parts(fqfn)
-    return f"persistent://{namespace}/snapshots-{tenant}-{function_namespace}-{name}"
+    function's table (a prefix no journal has, so no function's journal collides with it),
+    each part escaped as in :func:`journal_topic`."""
+    return f"persistent://{namespace}/snapshots-{_function_part(fqfn)}"
+
+
+def unescaped_journal_topic(fqfn: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """The journal's name in Magnetar 0.1.0, its parts joined unescaped (``state-a-b-c`` for
+    both ``a/b-c`` and ``a-b/c``): where ``statestore.upgrade`` carries a journal over from."""
+    return f"persistent://{namespace}/state-{'-'.join(_parts(fqfn))}"
 
 
 def last_message_id(client: pulsar.Client, topic: str) -> Any:

@@ -3,8 +3,10 @@
 A client sends ``Authorization: Bearer <JWT>``. The token is signed either with a secret key
 (HS256) or with a private key whose public half the worker holds (RS256/ES256); its ``sub``
 claim (configurable) is the caller's *role*. Superuser roles may do everything; a tenant's
-admin roles may manage that tenant's functions only. Keys are given as Pulsar gives them:
-``file:///path``, ``data:;base64,<key>``, a path, or the key itself in base64.
+admin roles may manage that tenant's functions and namespaces only. A tenant's admin roles are
+its TenantInfo's ``adminRoles`` (as in Pulsar: ``tenants create acme --admin-roles
+acme-admin``), and those the worker's ``tenant_admin_roles`` adds. Keys are given as Pulsar
+gives them: ``file:///path``, ``data:;base64,<key>``, a path, or the key itself in base64.
 """
 
 from __future__ import annotations
@@ -15,13 +17,21 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import jwt
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from magnetar.worker.exceptions import AuthenticationError, AuthorizationError, WorkerConfigError
 
-__all__ = ["AdminAuth", "RoleAuthorizer", "TokenAuthenticator", "create_token", "read_key"]
+__all__ = [
+    "AdminAuth",
+    "RoleAuthorizer",
+    "TenantAdmins",
+    "TokenAuthenticator",
+    "create_token",
+    "read_key",
+]
 
 _SECRET_ALGORITHMS = ["HS256", "HS384", "HS512"]
 _PUBLIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
@@ -105,16 +115,34 @@ def _der(public_key: bytes) -> object:
         raise WorkerConfigError("token_public_key is neither a PEM nor a DER public key") from None
 
 
+class TenantAdmins(Protocol):
+    """Where tenants keep their admin roles (their TenantInfo's ``adminRoles``)."""
+
+    def is_tenant_admin(self, tenant: str, role: str) -> bool:
+        """Whether ``role`` is one of ``tenant``'s ``adminRoles`` (False: no such tenant)."""
+        ...
+
+
 class RoleAuthorizer:
-    """What a role may do: everything (superusers) or its tenants' functions."""
+    """What a role may do: everything (superusers) or its tenants' functions.
+
+    An admin of a tenant is named by the worker's ``tenant_admin_roles`` or by the tenant's
+    own ``adminRoles`` (asked of ``tenants``, the worker's tenancy)."""
 
     def __init__(
-        self, superuser_roles: Iterable[str], tenant_admin_roles: Mapping[str, Iterable[str]]
+        self,
+        superuser_roles: Iterable[str],
+        tenant_admin_roles: Mapping[str, Iterable[str]],
+        tenants: TenantAdmins | None = None,
     ) -> None:
         self._superusers = frozenset(superuser_roles)
         self._tenant_admins = {
             tenant: frozenset(roles) for tenant, roles in tenant_admin_roles.items()
         }
+        self._tenants = tenants
+
+    def is_superuser(self, role: str) -> bool:
+        return role in self._superusers
 
     def require_superuser(self, role: str) -> None:
         if role not in self._superusers:
@@ -123,6 +151,8 @@ class RoleAuthorizer:
     def require_tenant(self, role: str, tenant: str) -> None:
         """A superuser, or an admin of ``tenant``."""
         if role in self._superusers or role in self._tenant_admins.get(tenant, frozenset()):
+            return
+        if self._tenants is not None and self._tenants.is_tenant_admin(tenant, role):
             return
         raise AuthorizationError(f"role {role!r} may not manage functions of tenant {tenant!r}")
 

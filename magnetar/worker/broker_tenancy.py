@@ -65,6 +65,18 @@ class BrokerTenancy:
         if f"{tenant}/{namespace}" not in listed:
             raise RequestRefusedError("Namespace does not exist")
 
+    def is_tenant_admin(self, tenant: str, role: str) -> bool:
+        # asked each time: the broker's adminRoles change without the worker being told
+        answer = self._admin.relay("GET", _tenant_path(tenant))
+        if answer.status_code == _NOT_FOUND:
+            return False
+        _raise_for(answer)
+        try:
+            roles = answer.json().get("adminRoles")
+        except (ValueError, AttributeError):
+            return False
+        return isinstance(roles, list) and role in roles
+
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         answer = self._admin.relay(method, path, **kwargs)
         _raise_for(answer)

@@ -160,7 +160,7 @@ class WorkerService:
             trigger=FunctionTrigger(client),
             tenancy=tenancy,
             http=http,
-            auth=_admin_auth(config),
+            auth=_admin_auth(config, tenancy),
             state=self.state,
         )
         self.metadata.start()
@@ -272,8 +272,9 @@ class WorkerService:
         return self._stopped.wait(timeout)
 
 
-def _admin_auth(config: WorkerConfig) -> AdminAuth | None:
-    """Token checks for the admin API, when the config turns them on."""
+def _admin_auth(config: WorkerConfig, tenancy: Tenancy) -> AdminAuth | None:
+    """Token checks for the admin API, when the config turns them on; tenant admins are the
+    config's and those of each tenant's ``adminRoles``."""
     if not config.authentication_enabled:
         return None
     secret, public = config.token_secret_key, config.token_public_key
@@ -283,5 +284,5 @@ def _admin_auth(config: WorkerConfig) -> AdminAuth | None:
             public_key=read_key(public) if public else None,
             role_claim=config.token_auth_claim,
         ),
-        RoleAuthorizer(config.superuser_roles, config.tenant_admin_roles),
+        RoleAuthorizer(config.superuser_roles, config.tenant_admin_roles, tenancy),
     )

@@ -104,6 +104,10 @@ class Tenancy(Protocol):
         "Namespace does not exist"), unless both exist."""
         ...
 
+    def is_tenant_admin(self, tenant: str, role: str) -> bool:
+        """Whether ``role`` is in ``tenant``'s ``adminRoles`` (False: no such tenant)."""
+        ...
+
 
 def check_namespace_name(namespace: str) -> tuple[str, str]:
     """``tenant/namespace`` split; 412 "Namespace name is not valid" when it is not that."""
@@ -207,6 +211,18 @@ class TenancyManager:
             raise RequestRefusedError("Tenant does not exist")
         if not self._has_namespace(tenant, namespace):
             raise RequestRefusedError("Namespace does not exist")
+
+    def is_tenant_admin(self, tenant: str, role: str) -> bool:
+        if self._lists_admin(tenant, role):
+            return True
+        # only on a miss: a role just made admin is one at once, on every worker
+        self._catch_up()
+        return self._lists_admin(tenant, role)
+
+    def _lists_admin(self, tenant: str, role: str) -> bool:
+        info = self._metadata.entries(_TENANT).get(tenant) or {}
+        roles = info.get("adminRoles") or []
+        return isinstance(roles, list) and role in roles
 
     def _has_namespace(self, tenant: str, namespace: str) -> bool:
         return f"{tenant}/{namespace}" in self._metadata.entries(_NAMESPACE)

@@ -1,5 +1,6 @@
 """Token authentication on the admin API: a 2-worker cluster whose keys and tokens come from
-`magnetar tokens`, with a superuser and an admin of tenant ``acme``."""
+`magnetar tokens`, with a superuser and tenants ``acme`` and ``beta``, each with an admin of
+its own from its ``adminRoles`` (and ``beta-ops``, a beta admin by the worker's config)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from magnetar.broker import EmbeddedBroker, find_free_port
+from magnetar.broker import find_free_port
 from magnetar.cli import main
-from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.cluster.conftest import Cluster, Worker, wait_until, worker_env
 from tests.cluster.test_standalone import free_ports, ready
-from tests.conftest import EXAMPLES, MAGNETAR
+from tests.conftest import EXAMPLES, MAGNETAR, Broker
 
 
 @dataclass
@@ -54,15 +55,13 @@ def _cli(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def secured(
-    cluster_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Secured]:
+def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     root = tmp_path_factory.mktemp("auth")
     key = root / "secret.key"
     _cli("tokens", "create-secret-key", "--output", str(key))
     tokens = {
         role: _cli("tokens", "create", "--secret-key", key.as_uri(), "--subject", role)
-        for role in ("admin", "acme-admin", "stranger")
+        for role in ("admin", "acme-admin", "beta-admin", "beta-ops", "gamma-admin", "stranger")
     }
     tokens["expired"] = _cli(
         "tokens", "create", "--secret-key", str(key), "--subject", "admin", "--expiry-time", "0s"
@@ -71,10 +70,11 @@ def secured(
         cluster_broker.service_url,
         root,
         env={
+            **worker_env(cluster_broker),
             "MAGNETAR_AUTHENTICATION_ENABLED": "true",
             "MAGNETAR_TOKEN_SECRET_KEY": key.as_uri(),
             "MAGNETAR_SUPERUSER_ROLES": "admin",
-            "MAGNETAR_TENANT_ADMIN_ROLES": json.dumps({"acme": ["acme-admin"]}),
+            "MAGNETAR_TENANT_ADMIN_ROLES": json.dumps({"beta": ["beta-ops"]}),
         },
     )
     try:
@@ -87,24 +87,48 @@ def secured(
         ).json()["workerId"]
         leader, follower = (first, second) if leader_id == "a0" else (second, first)
         made = Secured(cluster, leader, follower, tokens)
-        acme = {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]}
-        tenant = made.call("PUT", "/admin/v2/tenants/acme", "admin", json=acme)
-        assert tenant.status_code == 204, tenant.text
-        namespace = made.call("PUT", "/admin/v2/namespaces/acme/prod", "acme-admin")
-        assert namespace.status_code == 204, namespace.text
+        for tenant in ("acme", "beta"):
+            info = {"adminRoles": [f"{tenant}-admin"], "allowedClusters": ["standalone"]}
+            made_tenant = made.call("PUT", f"/admin/v2/tenants/{tenant}", "admin", json=info)
+            assert made_tenant.status_code == 204, made_tenant.text
+            # by the tenant's own admin: one from its adminRoles
+            namespace = made.call("PUT", f"/admin/v2/namespaces/{tenant}/prod", f"{tenant}-admin")
+            assert namespace.status_code == 204, namespace.text
         yield made
     finally:
         cluster.stop_all()
 
 
-def _create(secured: Secured, fqfn: str, role: str) -> httpx.Response:
-    config = {"inputs": [f"in-{uuid.uuid4().hex[:6]}"]}
+def _topic(fqfn: str, name: str) -> str:
+    """A topic of the function's namespace."""
+    return f"persistent://{fqfn.rsplit('/', 1)[0]}/{name}-{uuid.uuid4().hex[:6]}"
+
+
+def _create(
+    secured: Secured,
+    fqfn: str,
+    role: str,
+    code: Path = EXAMPLES / "exclamation.py",
+    **config: object,
+) -> httpx.Response:
+    """Register ``fqfn`` as ``role``: the example reading a topic of its own namespace,
+    unless ``config`` says otherwise."""
+    config = {"inputs": [_topic(fqfn, "in")], **config}
     return secured.call(
         "POST",
         f"/admin/v3/functions/{fqfn}",
         role,
         data={"functionConfig": json.dumps(config)},
-        files={"data": ("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())},
+        files={"data": (code.name, code.read_bytes())},
+    )
+
+
+def _update(secured: Secured, fqfn: str, role: str, **config: object) -> httpx.Response:
+    return secured.call(
+        "PUT",
+        f"/admin/v3/functions/{fqfn}",
+        role,
+        data={"functionConfig": json.dumps(config)},
     )
 
 
@@ -273,3 +297,220 @@ def test_standalone_turns_authentication_on_from_its_config_file(tmp_path: Path)
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(90)
+
+
+def _admin_cli(secured: Secured, role: str, *args: str) -> str:
+    return _cli("--admin-url", secured.follower.url, "--auth-token", secured.tokens[role], *args)
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_tenant_admins_are_the_tenants_admin_roles_and_the_configs(secured: Secured) -> None:
+    _admin_cli(secured, "admin", "tenants", "create", "gamma", "--admin-roles", "gamma-admin")
+    made = secured.call("PUT", "/admin/v2/namespaces/gamma/dev", "gamma-admin")
+    assert made.status_code == 204, made.text
+    listed = secured.call("GET", "/admin/v3/functions/gamma/dev", "gamma-admin", secured.leader)
+    assert (listed.status_code, listed.json()) == (200, [])
+    refused = secured.call("GET", "/admin/v3/functions/gamma/dev", "acme-admin")
+    assert (refused.status_code, refused.json()) == (401, NOT_AUTHORIZED)
+    # beta-ops: a beta admin by the worker's tenant_admin_roles, beta's adminRoles aside
+    by_config = secured.call("GET", "/admin/v3/functions/beta/prod", "beta-ops")
+    assert by_config.status_code == 200, by_config.text
+
+    # an admin role taken away is no admin any more, on either worker
+    _admin_cli(secured, "admin", "tenants", "update", "gamma", "--admin-roles", "someone-else")
+    for worker in (secured.follower, secured.leader):
+        gone = secured.call("GET", "/admin/v3/functions/gamma/dev", "gamma-admin", worker)
+        assert (gone.status_code, gone.json()) == (401, NOT_AUTHORIZED)
+    assert secured.call("DELETE", "/admin/v2/namespaces/gamma/dev", "admin").status_code == 204
+    assert secured.call("DELETE", "/admin/v2/tenants/gamma", "admin").status_code == 204
+
+
+def _unauthorized(operation: str, topic: str) -> dict[str, str]:
+    """Pulsar's refusal of a topic operation."""
+    return {
+        "reason": f"Unauthorized to validateTopicOperation for operation [{operation}] on "
+        f"topic [{topic}]"
+    }
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_a_tenants_function_names_only_the_tenants_topics(secured: Secured) -> None:
+    theirs = _topic("beta/prod/x", "in")
+    for config, refusal in [
+        ({"inputs": [theirs]}, _unauthorized("CONSUME", theirs)),
+        (
+            {"inputs": [], "topicsPattern": "persistent://beta/prod/.*"},
+            _unauthorized("CONSUME", "persistent://beta/prod/.*"),
+        ),
+        ({"inputs": ["in"]}, _unauthorized("CONSUME", "persistent://public/default/in")),
+        ({"output": theirs}, _unauthorized("PRODUCE", theirs)),
+        ({"logTopic": theirs}, _unauthorized("PRODUCE", theirs)),
+        (
+            {"deadLetterTopic": theirs, "maxMessageRetries": 2},
+            _unauthorized("PRODUCE", theirs),
+        ),
+    ]:
+        answer = _create(secured, "acme/prod/reach", "acme-admin", **config)
+        assert (answer.status_code, answer.json()) == (401, refusal), config
+    assert secured.call("GET", "/admin/v3/functions/acme/prod", "acme-admin").json() == []
+
+    # its own topics are fine, but an update may not reach out either
+    own = _create(secured, "acme/prod/own", "acme-admin", output=_topic("acme/prod/x", "out"))
+    assert own.status_code == 204, own.text
+    out = _update(secured, "acme/prod/own", "acme-admin", output=theirs)
+    assert (out.status_code, out.json()) == (401, _unauthorized("PRODUCE", theirs))
+
+    # a superuser may bridge tenants; the tenant's admin may then not change that function
+    bridge = _create(secured, "acme/prod/bridge", "admin", inputs=[theirs])
+    assert bridge.status_code == 204, bridge.text
+    changed = _update(secured, "acme/prod/bridge", "acme-admin", parallelism=2)
+    assert (changed.status_code, changed.json()) == (401, _unauthorized("CONSUME", theirs))
+    for name in ("own", "bridge"):
+        gone = secured.call("DELETE", f"/admin/v3/functions/acme/prod/{name}", "admin")
+        assert gone.status_code == 204
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_not_even_a_superuser_names_a_topic_of_the_system_namespace(secured: Secured) -> None:
+    system = f"public/{secured.cluster.namespace}"  # the cluster's system namespace
+    metadata = f"persistent://{system}/metadata"
+    answer = _create(secured, "acme/prod/spy", "admin", inputs=[metadata])
+    assert answer.status_code == 400
+    assert answer.json()["reason"] == (
+        f"inputs names {metadata}, a topic of the system namespace {system}: no function may "
+        "consume from or produce to the functions worker's own topics"
+    )
+
+
+def test_the_leaders_internal_path_validates_a_forwarded_change(secured: Secured) -> None:
+    """Any tenant admin's token reaches the path a worker forwards changes on: the leader
+    checks the change as if it had come to it directly."""
+    system = f"public/{secured.cluster.namespace}"
+    path = "/admin/v2/worker/internal/function-changes"
+
+    def forward(fqfn: str, **config: object) -> httpx.Response:
+        tenant, namespace, name = fqfn.split("/")
+        body = {
+            "op": "register",
+            "fqfn": fqfn,
+            "config": {"tenant": tenant, "namespace": namespace, "name": name, "py": "f.py"}
+            | config,
+            "package": None,
+        }
+        return secured.call("POST", path, "acme-admin", secured.leader, json=body)
+
+    spy = forward("acme/prod/spy", inputs=[f"persistent://{system}/assignments"])
+    assert spy.status_code == 400 and "system namespace" in spy.json()["reason"]
+    theirs = _topic("beta/prod/x", "in")
+    reach = forward("acme/prod/reach", inputs=[theirs])
+    assert (reach.status_code, reach.json()) == (401, _unauthorized("CONSUME", theirs))
+    other = forward("beta/prod/mine", inputs=[theirs])
+    assert (other.status_code, other.json()) == (401, NOT_AUTHORIZED)
+    smuggled = forward("acme/prod/smuggled", inputs=[theirs], tenant="beta")
+    assert smuggled.status_code == 400
+    assert smuggled.json()["reason"].startswith("malformed function change")
+    tenancy = secured.call(
+        "POST",
+        "/admin/v2/worker/internal/tenancy-changes",
+        "acme-admin",
+        secured.leader,
+        json={"op": "delete_namespace", "name": "beta/prod"},
+    )
+    assert tenancy.status_code == 401
+    assert secured.call("GET", "/admin/v3/functions/acme/prod", "admin").json() == []
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_another_tenants_functions_namespaces_and_tenant_are_out_of_reach(
+    secured: Secured,
+) -> None:
+    made = _create(secured, "beta/prod/private", "beta-admin", output=_topic("beta/prod/x", "out"))
+    assert made.status_code == 204, made.text
+    fn = "/admin/v3/functions/beta/prod/private"
+    state = {"state": (None, json.dumps({"key": "k", "stringValue": "stolen"}))}
+    attempts: list[tuple[str, str, dict[str, object]]] = [
+        ("GET", fn, {}),
+        ("GET", f"{fn}/status", {}),
+        ("GET", f"{fn}/stats", {}),
+        ("GET", f"{fn}/0/status", {}),
+        ("GET", f"{fn}/0/stats", {}),
+        ("GET", f"{fn}/state/k", {}),
+        ("POST", f"{fn}/state/k", {"files": state}),
+        ("POST", f"{fn}/trigger", {"data": {"data": "x"}}),
+        ("GET", f"{fn}/download", {}),
+        ("PUT", fn, {"data": {"functionConfig": json.dumps({"parallelism": 2})}}),
+        ("POST", f"{fn}/restart", {}),
+        ("POST", f"{fn}/0/restart", {}),
+        ("POST", f"{fn}/stop", {}),
+        ("POST", f"{fn}/start", {}),
+        ("DELETE", fn, {}),
+        ("GET", "/admin/v3/functions/beta/prod", {}),
+    ]
+    for method, path, kwargs in attempts:
+        for worker in (secured.follower, secured.leader):
+            answer = secured.call(method, path, "acme-admin", worker, **kwargs)
+            assert (answer.status_code, answer.json()) == (401, NOT_AUTHORIZED), (method, path)
+    namespaces = {"reason": "Don't have permission to administrate resources on this tenant"}
+    for method, path in [
+        ("GET", "/admin/v2/namespaces/beta"),
+        ("PUT", "/admin/v2/namespaces/beta/evil"),
+        ("DELETE", "/admin/v2/namespaces/beta/prod"),
+    ]:
+        answer = secured.call(method, path, "acme-admin")
+        assert (answer.status_code, answer.json()) == (401, namespaces), (method, path)
+    super_user = {"reason": "This operation requires super-user access"}
+    takeover = {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]}
+    for method, kwargs in [("GET", {}), ("POST", {"json": takeover}), ("DELETE", {})]:
+        answer = secured.call(method, "/admin/v2/tenants/beta", "acme-admin", **kwargs)
+        assert (answer.status_code, answer.json()) == (401, super_user), method
+    # untouched: beta's function, its state, its tenant
+    assert secured.call("GET", fn, "beta-admin").status_code == 200
+    assert secured.call("GET", f"{fn}/state/k", "beta-admin").status_code == 404
+    info = secured.call("GET", "/admin/v2/tenants/beta", "admin").json()
+    assert info["adminRoles"] == ["beta-admin"]
+    assert secured.call("DELETE", fn, "beta-admin").status_code == 204
+
+
+SECRET_FUNCTION = """
+from pulsar import Function
+
+
+class Reveal(Function):
+    def process(self, input, context):
+        return f"{input}:{context.get_secret('password')}"
+"""
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_functions_get_shows_secret_names_not_values(secured: Secured, tmp_path: Path) -> None:
+    code = tmp_path / "reveal.py"
+    code.write_text(SECRET_FUNCTION)
+    fqfn = "beta/prod/reveal"
+    made = _create(
+        secured,
+        fqfn,
+        "beta-admin",
+        code,
+        className="reveal.Reveal",
+        output=_topic(fqfn, "out"),
+        secrets={"password": "hunter2"},
+    )
+    assert made.status_code == 204, made.text
+    shown = secured.call("GET", f"/admin/v3/functions/{fqfn}", "beta-admin")
+    assert shown.json()["secrets"] == {"password": "******"}
+    assert "hunter2" not in shown.text
+
+    def revealed() -> bool:
+        answer = secured.call(
+            "POST", f"/admin/v3/functions/{fqfn}/trigger", "beta-admin", data={"data": "x"}
+        )
+        return answer.status_code == 200 and answer.text == "x:hunter2"
+
+    wait_until(revealed, 60, "the instance receives the secret's value")
+    # the config as shown, sent back: the secret keeps its value
+    sent_back = _update(
+        secured, fqfn, "beta-admin", secrets=shown.json()["secrets"], timeoutMs=9000
+    )
+    assert sent_back.status_code == 204, sent_back.text
+    wait_until(revealed, 60, "the secret survives an update that sends the mask back")
+    assert secured.call("DELETE", f"/admin/v3/functions/{fqfn}", "beta-admin").status_code == 204

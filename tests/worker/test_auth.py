@@ -105,3 +105,30 @@ def test_worker_config_reads_auth_settings_from_the_environment(
     monkeypatch.setenv("MAGNETAR_TENANT_ADMIN_ROLES", "acme=ops")
     with pytest.raises(WorkerConfigError, match=r"tenant_admin_roles: .*must be JSON"):
         load_worker_config()
+
+
+class _TenantInfos:
+    """Tenants' adminRoles, as a tenancy keeps them."""
+
+    def __init__(self, admin_roles: dict[str, list[str]]) -> None:
+        self.admin_roles = admin_roles
+
+    def is_tenant_admin(self, tenant: str, role: str) -> bool:
+        return role in self.admin_roles.get(tenant, [])
+
+
+def test_tenant_admins_are_the_tenants_admin_roles_and_the_configs() -> None:
+    tenants = _TenantInfos({"acme": ["acme-admin"], "beta": ["beta-admin"]})
+    roles = RoleAuthorizer(["root"], {"beta": ["beta-ops"]}, tenants)
+    roles.require_tenant("acme-admin", "acme")
+    roles.require_tenant("beta-admin", "beta")
+    roles.require_tenant("beta-ops", "beta")  # the config adds to beta's adminRoles
+    for role, tenant in [("acme-admin", "beta"), ("beta-ops", "acme"), ("beta-admin", "acme")]:
+        with pytest.raises(
+            AuthorizationError, match=f"may not manage functions of tenant '{tenant}'"
+        ):
+            roles.require_tenant(role, tenant)
+    tenants.admin_roles["acme"] = []
+    with pytest.raises(AuthorizationError):
+        roles.require_tenant("acme-admin", "acme")
+    assert roles.is_superuser("root") and not roles.is_superuser("acme-admin")

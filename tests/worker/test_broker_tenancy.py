@@ -129,6 +129,16 @@ def test_refusals_keep_the_brokers_code_and_reason(
     assert (refused.value.status_code, refused.value.reason) == (status, reason)
 
 
+def test_tenant_admins_are_the_brokers_admin_roles(tenancy: BrokerTenancy, fake: FakeAdmin) -> None:
+    tenancy.create_tenant("acme", {"adminRoles": ["acme-admin"], "allowedClusters": ["c1"]}, None)
+    assert tenancy.is_tenant_admin("acme", "acme-admin")
+    assert not tenancy.is_tenant_admin("acme", "beta-admin")
+    assert not tenancy.is_tenant_admin("ghost", "acme-admin")
+    # asked each time: a role the broker takes away is no admin at once
+    tenancy.update_tenant("acme", {"adminRoles": [], "allowedClusters": ["c1"]}, None)
+    assert not tenancy.is_tenant_admin("acme", "acme-admin")
+
+
 def test_a_namespace_that_exists_passes_the_registration_check(tenancy: BrokerTenancy) -> None:
     tenancy.check_namespace("public", "default")
 

@@ -462,3 +462,32 @@ def test_code_pulsar_does_not_check_is_accepted_and_its_fault_shows_in_status(
     while not error() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cause in error(), error()
+
+
+def test_no_function_names_a_topic_of_the_system_namespace(api: Api) -> None:
+    # authentication is off here: the wall holds for everyone
+    system = api.cluster.settings["system_namespace"]
+    wall = (
+        f"a topic of the system namespace {system}: no function may consume from or produce "
+        "to the functions worker's own topics"
+    )
+    metadata = f"persistent://{system}/metadata"
+    register = api.call(
+        "POST", f"{FUNCTIONS}/spy", **form({"inputs": [metadata], "className": CLASS})
+    )
+    assert (register.status_code, register.json()) == (
+        400,
+        {"reason": f"inputs names {metadata}, {wall}"},
+    )
+    pattern = api.call(
+        "POST",
+        f"{FUNCTIONS}/spy",
+        **form({"topicsPattern": f"persistent://{system}/.*", "className": CLASS}),
+    )
+    assert pattern.status_code == 400 and wall in pattern.json()["reason"]
+    update = api.call("PUT", f"{FUNCTIONS}/f", **_update({"output": f"{system}/assignments"}))
+    assert (update.status_code, update.json()) == (
+        400,
+        {"reason": f"output names persistent://{system}/assignments, {wall}"},
+    )
+    assert api.call("GET", f"{FUNCTIONS}/spy").status_code == 404

@@ -7,17 +7,23 @@ Apache Pulsar's reason for that path (its functions worker and broker say 401, n
 ``/version`` and ``/metrics`` stay open (health checks and scrapers carry no token, as with
 Pulsar's defaults). The path a worker forwards a function change on checks the tenant of the
 change itself, with the caller's token that came along.
+
+The topics a function names are checked at register and update (``authorize_topics``) by
+the one rule of ``magnetar.topic_policy``: 401 with Pulsar's reason for another tenant's
+topic, 400 for a topic of the system namespace.
 """
 
 from __future__ import annotations
 
 from fastapi import Request
 
+from magnetar.instance.config import FunctionConfig
+from magnetar.topic_policy import check_topics
 from magnetar.worker.exceptions import AuthorizationError
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
-__all__ = ["authorize_request", "caller_role", "not_authorized"]
+__all__ = ["authorize_request", "authorize_topics", "caller_role", "not_authorized"]
 
 _OPEN_PATHS = frozenset({"/version", "/metrics", "/admin/v2/worker/cluster/leader/ready"})
 _TENANT_PATHS = ("/admin/v3/functions/", "/admin/v2/namespaces/")
@@ -60,3 +66,22 @@ def caller_role(request: Request) -> str | None:
     """The authenticated role of this request; None when authentication is off."""
     role: str | None = getattr(request.state, "role", None)
     return role
+
+
+def authorize_topics(request: Request, tenant: str, config: FunctionConfig) -> None:
+    """Refuse a function of ``tenant`` that names a topic its caller may not give it:
+    another tenant's (401, unless the caller is a superuser or authentication is off) or
+    one of the system namespace (400, whoever calls)."""
+    found = services(request)
+    role = caller_role(request)
+    superuser = found.auth is None or (
+        role is not None and found.auth.authorizer.is_superuser(role)
+    )
+    refusal = check_topics(
+        config.model_dump(by_alias=True, exclude_none=True),
+        tenant,
+        found.config.system_namespace,
+        superuser,
+    )
+    if refusal is not None:
+        raise ApiError(400 if refusal.system else 401, refusal.reason)

@@ -9,10 +9,11 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Query, Request
 
+from magnetar.instance.config import FunctionConfig
 from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
-from magnetar.worker.rest.auth import caller_role, not_authorized
+from magnetar.worker.rest.auth import authorize_topics, caller_role, not_authorized
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import call_leader, leader
 from magnetar.worker.rest.peers import services as _services
@@ -126,12 +127,25 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
         forwarded = FunctionChange.from_json(change)
     except (KeyError, TypeError) as error:
         raise ApiError(400, f"malformed function change: {error}") from None
+    parts = forwarded.fqfn.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ApiError(400, f"malformed function change: fqfn {forwarded.fqfn!r}")
+    tenant, namespace, name = parts
     role = caller_role(request)
     if services.auth is not None and role is not None:
         try:
-            services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
+            services.auth.authorizer.require_tenant(role, tenant)
         except AuthorizationError:
             raise not_authorized("/admin/v3/functions/", "POST") from None
+    if forwarded.config is not None:
+        # the leader validates what it writes, as if the change came to it directly: this
+        # path is reachable with any tenant admin's token
+        config = forwarded.config
+        if (config.get("tenant"), config.get("namespace"), config.get("name")) != tuple(parts):
+            raise ApiError(
+                400, f"malformed function change: its config is not {tenant}/{namespace}/{name}'s"
+            )
+        authorize_topics(request, tenant, FunctionConfig.parse(config))
     return {"version": services.functions.apply_forwarded(forwarded)}
 
 

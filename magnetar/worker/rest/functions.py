@@ -20,6 +20,7 @@ from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundErro
 from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
+from magnetar.worker.rest.auth import authorize_topics
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.services import RestServices
 from magnetar.worker.rest.state import delete_function_state
@@ -27,6 +28,10 @@ from magnetar.worker.rest.state import delete_function_state
 __all__ = ["functions_router"]
 
 functions_router = APIRouter(prefix="/admin/v3/functions", tags=["functions"])
+
+SECRET_MASK = "******"
+"""What ``get`` shows of a secret's value (its locator: with the default provider, the
+secret itself). An update that sends it back keeps the value it stands for."""
 
 
 def _services(request: Request) -> RestServices:
@@ -178,7 +183,7 @@ async def register(
     await run_in_threadpool(services.tenancy.check_namespace, tenant, namespace)
     if services.metadata.get(fqfn) is not None:
         raise FunctionExistsError(f"Function {name} already exists")
-    FunctionConfig.parse(_with_code(config))
+    authorize_topics(request, tenant, FunctionConfig.parse(_with_code(config)))
     code = await _code(services, data, url)
     if code is None:
         raise ApiError(400, "Function Package is not provided")
@@ -209,7 +214,7 @@ async def update(
     unknown = unknown_fields(requested)
     if unknown:
         raise ApiError(400, f"invalid function config: {', '.join(unknown)}: unknown field")
-    config = merge_update(current.config, requested)
+    config = merge_update(current.config, _unmasked(requested, current.config))
     new_code = data is not None or bool(url)
     if (
         not new_code
@@ -217,6 +222,7 @@ async def update(
         and not changes_anything(current.config, config)
     ):
         raise ApiError(400, "Update contains no change")
+    authorize_topics(request, tenant, FunctionConfig.parse(_with_code(config)))
     code = await _code(services, data, url)
     package = await _package(services, *code, config) if code is not None else None
     FunctionConfig.parse(config)
@@ -256,8 +262,25 @@ def delete(
 
 @functions_router.get("/{tenant}/{namespace}/{name}")
 def get(request: Request, tenant: str, namespace: str, name: str) -> dict[str, Any]:
-    """The FunctionConfig, in Pulsar's field names."""
-    return dict(_record(_services(request), f"{tenant}/{namespace}/{name}").config)
+    """The FunctionConfig, in Pulsar's field names; each secret's value shown as
+    ``******``."""
+    config = dict(_record(_services(request), f"{tenant}/{namespace}/{name}").config)
+    if isinstance(config.get("secrets"), dict):
+        config["secrets"] = dict.fromkeys(config["secrets"], SECRET_MASK)
+    return config
+
+
+def _unmasked(requested: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``requested`` with each secret given as SECRET_MASK set back to its current value
+    (a config read with ``get`` and sent back keeps its secrets)."""
+    secrets, kept = requested.get("secrets"), current.get("secrets")
+    if not isinstance(secrets, dict) or not isinstance(kept, dict):
+        return requested
+    restored = {
+        name: kept[name] if value == SECRET_MASK and name in kept else value
+        for name, value in secrets.items()
+    }
+    return {**requested, "secrets": restored}
 
 
 @functions_router.get("/{tenant}/{namespace}")
