@@ -13,7 +13,6 @@ import httpx
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
-from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
 from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
 from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundError
@@ -131,7 +130,10 @@ async def _package(
                 f"syntax error in {filename}, line {error.lineno}, column {error.offset}: "
                 f"{error.msg}"
             ) from None
-    elif not filename.endswith((".zip", ".whl")):
+    elif filename.endswith((".zip", ".whl")):
+        # refused by its directory now, rather than by every instance as it unpacks it
+        await run_in_threadpool(services.functions.admission.check_package, content, filename)
+    else:
         raise ApiError(
             400,
             f"the function package {filename!r} must be a .py file, a .zip, a .whl wheel or a "
@@ -173,17 +175,21 @@ async def register(
     """Register a function: multipart ``functionConfig`` (JSON) and ``data`` (the code) or
     ``url``."""
     services = _services(request)
+    admission = services.functions.admission
     fqfn = f"{tenant}/{namespace}/{name}"
+    admission.check_names(tenant, namespace, name)
     config = _config(function_config, tenant, namespace, name)
     await run_in_threadpool(services.tenancy.check_namespace, tenant, namespace)
     if services.metadata.get(fqfn) is not None:
         raise FunctionExistsError(f"Function {name} already exists")
-    FunctionConfig.parse(_with_code(config))
+    # refused before the code is read and stored (the leader checks again as it writes)
+    parsed = admission.check_config(_with_code(config))
+    services.functions.check_capacity(fqfn, parsed.parallelism)
     code = await _code(services, data, url)
     if code is None:
         raise ApiError(400, "Function Package is not provided")
     package = await _package(services, *code, config)
-    FunctionConfig.parse(config)
+    admission.check_config(config)
     change = FunctionChange("register", fqfn, config, package)
     await run_in_threadpool(services.functions.submit, change, _credentials(request))
 
@@ -203,7 +209,9 @@ async def update(
     allow, with ``data`` or ``url`` its code too. An update that changes nothing is refused
     (400 "Update contains no change"), as in Pulsar."""
     services = _services(request)
+    admission = services.functions.admission
     fqfn = f"{tenant}/{namespace}/{name}"
+    admission.check_names(tenant, namespace, name)
     requested = _config(function_config, tenant, namespace, name)
     current = _record(services, fqfn, missing_status=400)
     unknown = unknown_fields(requested)
@@ -217,9 +225,11 @@ async def update(
         and not changes_anything(current.config, config)
     ):
         raise ApiError(400, "Update contains no change")
+    parsed = admission.check_config(config)
+    services.functions.check_capacity(fqfn, parsed.parallelism)
     code = await _code(services, data, url)
     package = await _package(services, *code, config) if code is not None else None
-    FunctionConfig.parse(config)
+    admission.check_config(config)
     await run_in_threadpool(
         services.functions.submit,
         FunctionChange("update", fqfn, config, package),
