@@ -94,9 +94,9 @@ def check_archive(archive: str | Path | IO[bytes], limits: ArchiveLimits) -> Arc
         _check_entry(info)
         unpacked += info.file_size
         compressed += info.compress_size
-        _check_ratio(info.filename, info.file_size, info.compress_size, limits)
         if unpacked > limits.max_unpacked_bytes:
             raise _too_big(limits)
+        _check_ratio(info.filename, info.file_size, info.compress_size, limits)
     _check_ratio(None, unpacked, compressed, limits)
     return ArchiveSummary(len(infos), unpacked, compressed)
 
@@ -166,7 +166,7 @@ def _check_ratio(name: str | None, unpacked: int, compressed: int, limits: Archi
     what = "the function package" if name is None else f"the function package's entry {name!r}"
     raise ArchiveLimitError(
         f"{what} inflates more than {limits.max_compression_ratio:g} times "
-        f"({compressed} bytes to more than {unpacked}), past the limit "
+        f"({compressed} compressed bytes inflate to {unpacked}), past the limit "
         "(max_package_compression_ratio)"
     )
 

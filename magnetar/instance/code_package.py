@@ -34,7 +34,7 @@ from magnetar.instance.archive import (
     check_archive,
     extract_archive,
 )
-from magnetar.instance.exceptions import FunctionLoadError
+from magnetar.instance.exceptions import ArchiveLimitError, FunctionLoadError
 
 __all__ = ["PACKAGE_SUFFIXES", "code_search_paths"]
 
@@ -75,10 +75,10 @@ def _prepare(path: Path, target: Path, limits: ArchiveLimits) -> None:
         return
     try:
         used = extract_archive(path, target / "code", limits)
-    except FunctionLoadError:
+    except ArchiveLimitError:
         shutil.rmtree(target / "code", ignore_errors=True)  # what it filled is freed at once
         raise
-    except OSError as error:
+    except (FunctionLoadError, OSError) as error:
         shutil.rmtree(target / "code", ignore_errors=True)
         raise FunctionLoadError(f"cannot extract function package {path}: {error}") from None
     for root in _roots(target / "code"):
