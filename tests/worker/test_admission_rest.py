@@ -198,19 +198,30 @@ def test_the_internal_path_validates_the_config(cluster: InProcessCluster) -> No
     assert call(cluster, "GET", f"{FUNCTIONS}/badcfg").status_code == 404
 
 
-def test_a_bad_record_stops_no_other_function(cluster: InProcessCluster) -> None:
-    # as an older worker version could have written it: straight into the metadata
-    fqfn = "public/default/legacy"
-    leader_of(cluster).leader.write_function(
-        fqfn, lambda current: FunctionRecord(fqfn, BAD_CONFIG, None)
-    )
+def test_bad_records_stop_no_other_function(cluster: InProcessCluster) -> None:
+    # as an older worker version could have written them: straight into the metadata
+    huge = {
+        **{"tenant": "public", "namespace": "default", "name": "huge", "inputs": ["adm-huge"]},
+        **{"py": "exclamation.py", "className": CLASS, "parallelism": 10**23},
+    }
+    legacy = {"public/default/legacy": BAD_CONFIG, "public/default/huge": huge}
+    for fqfn, config in legacy.items():
+        leader_of(cluster).leader.write_function(
+            fqfn, lambda current, fqfn=fqfn, config=config: FunctionRecord(fqfn, config, None)
+        )
     try:
         assert register(cluster, "healthy").status_code == 204
         wait_status(cluster, "healthy", lambda s: s["numRunning"] == 1)
-        # the bad one says why it does not run
+        # the bad ones say why they do not run
         assert refused(call(cluster, "GET", f"{FUNCTIONS}/legacy/status")).startswith(
             "invalid function config: "
         )
+        assert refused(call(cluster, "GET", f"{FUNCTIONS}/huge/status")) == (
+            f"Function parallelism {10**23} is more than the limit of 3 instances per function "
+            "(max_parallelism)"
+        )
+        assert "max_parallelism" in refused(call(cluster, "POST", f"{FUNCTIONS}/huge/stop"))
     finally:
         call(cluster, "DELETE", f"{FUNCTIONS}/healthy")
-        assert call(cluster, "DELETE", f"{FUNCTIONS}/legacy").status_code == 204
+        for name in ("legacy", "huge"):
+            assert call(cluster, "DELETE", f"{FUNCTIONS}/{name}").status_code == 204
