@@ -36,7 +36,7 @@ from magnetar.worker.exceptions import AdmissionError, PackageError
 from magnetar.worker.metadata import FunctionRecord
 from magnetar.worker.packages import PackageRef
 
-__all__ = ["MAX_TIMEOUT_MS", "Admission", "AdmissionLimits"]
+__all__ = ["MAX_TIMEOUT_MS", "Admission", "AdmissionLimits", "is_named_entity"]
 
 _NAMED_ENTITY = re.compile(r"[-=:.\w]+", re.ASCII)
 """Pulsar's NamedEntity (Java's ``\\w`` is ASCII): letters, digits, '_', '-', '=', ':', '.'."""
@@ -46,6 +46,11 @@ _REMEMBERED = 100_000
 """Records whose scheduled parallelism is remembered, before the memory is cleared."""
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
 """Longest ``timeoutMs``: a day (a timer of more cannot even be set on some platforms)."""
+
+
+def is_named_entity(name: str) -> bool:
+    """Whether ``name`` is a tenant, namespace or function name by Pulsar's naming rule."""
+    return _NAMED_ENTITY.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ class Admission:
                     f"{what} name is {len(value)} characters long, more than the limit of "
                     f"{self.limits.max_name_length} (max_name_length)"
                 )
-            if not _NAMED_ENTITY.fullmatch(value):
+            if not is_named_entity(value):
                 raise AdmissionError(
                     f"{what} name {value!r} is invalid: a name holds only letters, digits and "
                     "the characters - = : . _ (Pulsar's naming rule)"
