@@ -15,6 +15,7 @@ import pytest
 from magnetar.instance.archive import ArchiveLimits, check_archive, extract_archive
 from magnetar.instance.code_package import code_search_paths
 from magnetar.instance.exceptions import ArchiveLimitError, FunctionLoadError
+from tests.zips import lying_zip, zip_bytes
 
 MIB = 1 << 20
 
@@ -22,24 +23,13 @@ MIB = 1 << 20
 def make_zip(
     path: Path, entries: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED
 ) -> Path:
-    with zipfile.ZipFile(path, "w", compression) as archive:
-        for name, content in entries.items():
-            archive.writestr(name, content)
+    path.write_bytes(zip_bytes(entries, compression))
     return path
 
 
-def lying_zip(path: Path, content: bytes, declared: int) -> Path:
-    """A one-entry zip whose local header and central directory both declare ``declared``
-    bytes for an entry that inflates to ``len(content)``."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("fn.py", content)
-    data = bytearray(buffer.getvalue())
-    local = data.index(b"PK\x03\x04")
-    central = data.index(b"PK\x01\x02")
-    struct.pack_into("<I", data, local + 22, declared)
-    struct.pack_into("<I", data, central + 24, declared)
-    path.write_bytes(bytes(data))
+def make_lying_zip(path: Path, content: bytes, declared: int) -> Path:
+    """A one-entry zip whose headers declare ``declared`` bytes for ``content``."""
+    path.write_bytes(lying_zip({"fn.py": content}, "fn.py", declared))
     return path
 
 
@@ -105,7 +95,7 @@ def test_an_entry_inflating_past_the_ratio_is_refused(tmp_path: Path) -> None:
 
 def test_a_lying_directory_is_stopped_by_the_bytes_actually_inflated(tmp_path: Path) -> None:
     limit = 1_000_000
-    liar = lying_zip(tmp_path / "liar.zip", bytes(8 * MIB), declared=100)
+    liar = make_lying_zip(tmp_path / "liar.zip", bytes(8 * MIB), declared=100)
     limits = ArchiveLimits(max_unpacked_bytes=limit, max_compression_ratio=1e9)
     assert check_archive(liar, limits).unpacked_bytes == 100  # the directory looks harmless
     target = tmp_path / "out"
@@ -162,7 +152,7 @@ def test_a_corrupt_entry_is_an_error(tmp_path: Path) -> None:
 def test_an_instance_loading_a_bomb_fails_naming_the_limit_and_frees_the_disk(
     tmp_path: Path,
 ) -> None:
-    bomb = lying_zip(tmp_path / "fn.zip", bytes(8 * MIB), declared=100)
+    bomb = make_lying_zip(tmp_path / "fn.zip", bytes(8 * MIB), declared=100)
     work = tmp_path / "work"
 
     with pytest.raises(ArchiveLimitError, match="max_package_unpacked_bytes"):

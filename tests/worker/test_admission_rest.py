@@ -6,12 +6,9 @@ another function."""
 
 from __future__ import annotations
 
-import io
 import json
-import struct
 import time
 import uuid
-import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +19,7 @@ from magnetar.worker.metadata import FunctionRecord
 from magnetar.worker.service import WorkerService
 from tests.conftest import EXAMPLES
 from tests.worker.conftest import InProcessCluster
+from tests.zips import lying_zip, zip_bytes
 
 FUNCTIONS = "/admin/v3/functions/public/default"
 CLASS = "exclamation.ExclamationFunction"
@@ -151,12 +149,10 @@ def test_a_bad_name_is_refused(cluster: InProcessCluster, name: str, reason: str
 
 
 def test_a_zip_bomb_is_refused_at_registration(cluster: InProcessCluster) -> None:
-    bomb = io.BytesIO()
-    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())
-        archive.writestr("zeros.bin", bytes(3 * MIB))
+    code = (EXAMPLES / "exclamation.py").read_bytes()
+    bomb = zip_bytes({"exclamation.py": code, "zeros.bin": bytes(3 * MIB)})
 
-    answer = register(cluster, "bomb", code=("bomb.zip", bomb.getvalue()))
+    answer = register(cluster, "bomb", code=("bomb.zip", bomb))
     assert refused(answer) == (
         f"the function package unpacks to more than {MIB} bytes, the limit "
         "(max_package_unpacked_bytes)"
@@ -166,18 +162,10 @@ def test_a_zip_bomb_is_refused_at_registration(cluster: InProcessCluster) -> Non
 def test_a_package_whose_directory_lies_stops_unpacking_at_the_limit(
     cluster: InProcessCluster,
 ) -> None:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())
-        archive.writestr("zeros.bin", bytes(8 * MIB))
-    data = bytearray(buffer.getvalue())
-    # both headers of zeros.bin declare 100 bytes
-    local = data.index(b"PK\x03\x04", 1)  # the second entry's local header
-    struct.pack_into("<I", data, local + 22, 100)
-    central = data.rindex(b"PK\x01\x02")
-    struct.pack_into("<I", data, central + 24, 100)
+    code = (EXAMPLES / "exclamation.py").read_bytes()
+    data = lying_zip({"exclamation.py": code, "zeros.bin": bytes(8 * MIB)}, "zeros.bin", 100)
 
-    assert register(cluster, "liar", code=("liar.zip", bytes(data))).status_code == 204
+    assert register(cluster, "liar", code=("liar.zip", data)).status_code == 204
     try:
         status = wait_status(cluster, "liar", lambda s: s["instances"][0]["status"]["error"])
         error = status["instances"][0]["status"]["error"]
