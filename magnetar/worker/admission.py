@@ -246,7 +246,7 @@ def _check_pulsar_numbers(config: Mapping[str, Any]) -> None:
             raise AdmissionError(f"resources.{field} must be {expected}, not {value!r}")
         if not value > 0:
             raise AdmissionError(f"The {kind} allocation for the function must be positive")
-        if not math.isfinite(value) or value > _JAVA_LONG:
+        if (isinstance(value, float) and not math.isfinite(value)) or value > _JAVA_LONG:
             raise AdmissionError(f"resources.{field} {value!r} is out of range")
 
 

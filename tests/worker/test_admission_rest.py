@@ -112,6 +112,14 @@ def test_a_parallelism_out_of_range_is_refused(
     assert call(cluster, "GET", f"{FUNCTIONS}/par").status_code == 404
 
 
+def test_a_number_of_too_many_digits_is_a_400(cluster: InProcessCluster) -> None:
+    config = json.dumps({"inputs": ["x"], "parallelism": 1}).replace("1}", "9" * 5000 + "}")
+    files = {"data": ("exclamation.py", (EXAMPLES / "exclamation.py").read_bytes())}
+    form = {"data": {"functionConfig": config}, "files": files}
+    answer = call(cluster, "POST", f"{FUNCTIONS}/digits", **form)
+    assert refused(answer).startswith("functionConfig is not valid JSON: Exceeds the limit")
+
+
 def test_the_cluster_holds_instances_per_live_worker(cluster: InProcessCluster) -> None:
     assert register(cluster, "cap1", parallelism=3).status_code == 204
     try:

@@ -53,7 +53,7 @@ def _config(raw: str | None, tenant: str, namespace: str, name: str) -> dict[str
         raise ApiError(400, "Function config is not provided")
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # a JSONDecodeError, or a number of too many digits
         raise ApiError(400, f"functionConfig is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "functionConfig must be a JSON object")
@@ -242,7 +242,7 @@ def _updates_auth_data(raw: str | None) -> bool:
     Pulsar, though Magnetar keeps none)."""
     try:
         options = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
+    except ValueError:
         raise ApiError(400, "updateOptions is not valid JSON") from None
     return isinstance(options, dict) and options.get("updateAuthData") is True
 
