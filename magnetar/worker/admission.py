@@ -113,7 +113,7 @@ class Admission:
         self.check_names(parsed.tenant, parsed.namespace, parsed.name or "")
         if parsed.parallelism > self.limits.max_parallelism:
             raise AdmissionError(
-                f"Function parallelism {parsed.parallelism} is more than the limit of "
+                f"Function parallelism {_shown(parsed.parallelism)} is more than the limit of "
                 f"{self.limits.max_parallelism} instances per function (max_parallelism)"
             )
         _check_ranges(parsed)
@@ -215,6 +215,12 @@ class Admission:
         return found
 
 
+def _shown(number: float) -> str:
+    """A number as a reason shows it: a huge one by its first digits and its length."""
+    text = repr(number)
+    return text if len(text) <= 30 else f"{text[:12]}... ({len(text)} digits)"
+
+
 def _given(config: Mapping[str, Any], camel: str, snake: str) -> Any:
     return config.get(camel, config.get(snake))
 
@@ -247,14 +253,14 @@ def _check_pulsar_numbers(config: Mapping[str, Any]) -> None:
         if not value > 0:
             raise AdmissionError(f"The {kind} allocation for the function must be positive")
         if (isinstance(value, float) and not math.isfinite(value)) or value > _JAVA_LONG:
-            raise AdmissionError(f"resources.{field} {value!r} is out of range")
+            raise AdmissionError(f"resources.{field} {_shown(value)} is out of range")
 
 
 def _check_ranges(config: FunctionConfig) -> None:
     """The numbers Pulsar keeps in Java ints and longs fit them; ``timeoutMs`` at most a day."""
     if config.timeout_ms is not None and config.timeout_ms > MAX_TIMEOUT_MS:
         raise AdmissionError(
-            f"Function timeout {config.timeout_ms} ms is more than the limit of "
+            f"Function timeout {_shown(config.timeout_ms)} ms is more than the limit of "
             f"{MAX_TIMEOUT_MS} ms (a day)"
         )
     window = config.window_config
@@ -279,4 +285,4 @@ def _check_ranges(config: FunctionConfig) -> None:
     for fields, bound in ((ints, _JAVA_INT), (longs, _JAVA_LONG)):
         for field, value in fields.items():
             if value is not None and abs(value) > bound:
-                raise AdmissionError(f"{field} {value} is out of range: at most {bound}")
+                raise AdmissionError(f"{field} {_shown(value)} is out of range: at most {bound}")

@@ -179,3 +179,11 @@ def test_the_wheels_a_zip_carries_share_its_limits(tmp_path: Path) -> None:
             tmp_path / "work",
             ArchiveLimits(max_unpacked_bytes=2 * MIB, max_compression_ratio=1e9),
         )
+
+
+def test_a_wheel_package_is_checked_before_pip_unpacks_it(tmp_path: Path) -> None:
+    wheel = make_zip(tmp_path / "bomb-1.0-py3-none-any.whl", {"bomb/__init__.py": bytes(3 * MIB)})
+
+    with pytest.raises(ArchiveLimitError, match="max_package_compression_ratio"):
+        code_search_paths(wheel, tmp_path / "work", ArchiveLimits(max_compression_ratio=100))
+    assert not list((tmp_path / "work").rglob("site"))  # pip never ran
