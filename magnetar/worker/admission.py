@@ -64,6 +64,7 @@ class AdmissionLimits:
 
     @classmethod
     def of(cls, config: WorkerConfig) -> AdmissionLimits:
+        """The limits ``config`` sets."""
         return cls(
             max_parallelism=config.max_parallelism,
             max_instances_per_worker=config.max_instances_per_worker,
