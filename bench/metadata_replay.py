@@ -71,7 +71,13 @@ class Workers:
         self.broker_url = broker_url
         self.root = root
         base = {k: v for k, v in os.environ.items() if not k.startswith("MAGNETAR_")}
-        self.env = {**base, "MAGNETAR_SYSTEM_NAMESPACE": namespace}
+        # the registrar alone holds every function: past the default admission limit
+        # of instances per worker (stopped instances count too)
+        self.env = {
+            **base,
+            "MAGNETAR_SYSTEM_NAMESPACE": namespace,
+            "MAGNETAR_MAX_INSTANCES_PER_WORKER": "1000000",
+        }
         self.processes: list[subprocess.Popen[bytes]] = []
         self.http = httpx.Client(timeout=10)
 

@@ -12,18 +12,29 @@ The package is unpacked into ``<work dir>/<name>-<sha256 prefix>``; the first in
 need it unpacks and installs (under a file lock) and marks it complete, and every later start
 of any instance of that package only finds the mark. An install that fails is a
 ``FunctionLoadError`` with pip's last lines, so the function's status says why.
+
+Unpacking stays within ``ArchiveLimits`` (see ``magnetar.instance.archive``): a zip is
+extracted counting what it inflates to, a wheel (the package itself or one in ``deps/``) is
+checked by its directory before pip unpacks it; a package past a limit is an
+``ArchiveLimitError`` that names the limit.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
-from magnetar.instance.exceptions import FunctionLoadError
+from magnetar.instance.archive import (
+    DEFAULT_ARCHIVE_LIMITS,
+    ArchiveLimits,
+    check_archive,
+    extract_archive,
+)
+from magnetar.instance.exceptions import ArchiveLimitError, FunctionLoadError
 
 __all__ = ["PACKAGE_SUFFIXES", "code_search_paths"]
 
@@ -33,9 +44,11 @@ _PIP_TIMEOUT_S = 600
 _PIP_TAIL_LINES = 8
 
 
-def code_search_paths(py: str | Path, work_dir: Path | None = None) -> list[Path]:
+def code_search_paths(
+    py: str | Path, work_dir: Path | None = None, limits: ArchiveLimits | None = None
+) -> list[Path]:
     """The import paths for the code in ``py``, unpacked and installed under ``work_dir``
-    (beside the package when None) first."""
+    (beside the package when None) first, within ``limits`` (the defaults when None)."""
     path = Path(py).expanduser().resolve()
     if not path.exists():
         raise FunctionLoadError(f"function file {py} does not exist")
@@ -48,25 +61,31 @@ def code_search_paths(py: str | Path, work_dir: Path | None = None) -> list[Path
     with open(f"{target}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process unpacks and installs; others wait
         if not (target / _COMPLETE).exists():
-            _prepare(path, target)
+            _prepare(path, target, limits or DEFAULT_ARCHIVE_LIMITS)
             (target / _COMPLETE).touch()
     return _search_paths(path, target)
 
 
-def _prepare(path: Path, target: Path) -> None:
+def _prepare(path: Path, target: Path, limits: ArchiveLimits) -> None:
     site = target / "site"
     if path.suffix == ".whl":
+        check_archive(path, limits)
         target.mkdir(exist_ok=True)
         _pip(path, site, [str(path)], offline_from=path.parent)
         return
     try:
-        with zipfile.ZipFile(path) as archive:
-            archive.extractall(target / "code")
-    except (zipfile.BadZipFile, OSError) as error:
+        used = extract_archive(path, target / "code", limits)
+    except ArchiveLimitError:
+        shutil.rmtree(target / "code", ignore_errors=True)  # what it filled is freed at once
+        raise
+    except (FunctionLoadError, OSError) as error:
+        shutil.rmtree(target / "code", ignore_errors=True)
         raise FunctionLoadError(f"cannot extract function package {path}: {error}") from None
     for root in _roots(target / "code"):
         requirements = root / "requirements.txt"
         wheels = sorted((root / "deps").glob("*.whl")) if (root / "deps").is_dir() else []
+        for wheel in wheels:  # pip unpacks them: within what the zip left of the limits
+            used = used + check_archive(wheel, limits.after(used))
         arguments = [str(w) for w in wheels]
         if requirements.is_file():
             arguments += ["-r", str(requirements)]

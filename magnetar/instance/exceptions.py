@@ -25,3 +25,8 @@ class StateNotConfiguredError(InstanceError):
 
 class InvocationTimeoutError(InstanceError):
     """The function ran longer than its ``timeoutMs``."""
+
+
+class ArchiveLimitError(FunctionLoadError):
+    """A code package passes an unpacking limit, or holds an entry that may not be unpacked;
+    the message names the limit (the worker setting)."""

@@ -320,7 +320,9 @@ class FunctionInstance:
         if self._function is None:
             if not config.py:
                 raise InstanceError(f"function {config.fqfn} has no code: set py (--py)")
-            self._function = load_function(config.py, config.class_name, self._work_dir)
+            self._function = load_function(
+                config.py, config.class_name, self._work_dir, self.options.archive_limits
+            )
         function = self._function
         paths = function.search_paths
         default = load_serde(None)

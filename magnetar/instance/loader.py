@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magnetar.instance.archive import ArchiveLimits
 from magnetar.instance.code_package import code_search_paths
 from magnetar.instance.exceptions import FunctionLoadError
 
@@ -52,11 +53,14 @@ def _module_name(py: str | Path) -> str:
 
 
 def load_function(
-    py: str | Path, class_name: str | None, work_dir: Path | None = None
+    py: str | Path,
+    class_name: str | None,
+    work_dir: Path | None = None,
+    limits: ArchiveLimits | None = None,
 ) -> LoadedFunction:
     """Import the function named by ``class_name`` from the code in ``py`` (see the module
-    docstring for the forms of ``class_name``)."""
-    search_paths = code_search_paths(py, work_dir)
+    docstring for the forms of ``class_name``), a package unpacked within ``limits``."""
+    search_paths = code_search_paths(py, work_dir, limits)
     if class_name and "." in class_name:
         target = load_attribute(class_name, search_paths)
         name = class_name.rsplit(".", 1)[1]

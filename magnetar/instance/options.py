@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
+
 __all__ = ["InstanceOptions"]
 
 
@@ -57,3 +59,5 @@ class InstanceOptions:
     default, the clear-text one, when None."""
     secrets_provider_config: Any = None
     """What the secrets provider's ``init`` is given."""
+    archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS
+    """How much the function's code package may unpack to (the worker's settings)."""

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
+
 if TYPE_CHECKING:
     import pulsar
 
@@ -59,6 +61,8 @@ class InstanceProcessSpec:
     """The secrets provider (Apache's default when None)."""
     secrets_provider_config: Any = None
     """What the secrets provider's ``init`` is given."""
+    archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS
+    """How much the code package may unpack to."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ def run_instance_process(
             function_version=spec.function_version,
             secrets_provider_classname=spec.secrets_provider_classname,
             secrets_provider_config=spec.secrets_provider_config,
+            archive_limits=spec.archive_limits,
             # asked of the broker only where it matters (a connection's round trip)
             broker_may_deduplicate=(
                 may_deduplicate(spec.broker_url)

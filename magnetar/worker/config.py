@@ -73,6 +73,22 @@ class WorkerConfig(BaseModel):
     """How long a REST call waits for the cluster (leader, replication, a trigger's output)."""
     max_package_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     """Largest function package accepted; a request body may be 1 MiB more."""
+    max_package_unpacked_bytes: int = Field(default=1 << 30, gt=0)
+    """Most bytes a .zip or .whl package may unpack to: refused at registration by its
+    directory, and stopped while unpacking by what it actually inflates to."""
+    max_package_entries: int = Field(default=20_000, gt=0)
+    """Most entries (files and folders) in a .zip or .whl package."""
+    max_package_compression_ratio: float = Field(default=100.0, gt=1)
+    """Most a package, or an entry of it past 1 MiB, may inflate relative to its compressed
+    size (a zip bomb inflates a thousandfold and more)."""
+    max_parallelism: int = Field(default=100, ge=1)
+    """Most instances one function may have (its ``parallelism``)."""
+    max_instances_per_worker: int = Field(default=100, ge=1)
+    """Instances the cluster may hold per live worker: a register or update that would take
+    the functions' parallelism together past this times the live workers is refused."""
+    max_name_length: int = Field(default=64, ge=1)
+    """Longest tenant, namespace or function name a function is registered with (names end
+    up in file and topic names)."""
     authentication_enabled: bool = False
     """Require a bearer token (JWT) on the admin API; see ``magnetar.worker.auth``."""
     token_secret_key: str | None = None

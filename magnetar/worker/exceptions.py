@@ -75,6 +75,11 @@ class PreconditionFailedError(RequestRefusedError):
     status_code = 412
 
 
+class AdmissionError(RequestRefusedError):
+    """A function, a change or a package that is invalid or past a limit (400); the reason
+    names the rule or the limit (the worker setting)."""
+
+
 class PackageError(WorkerError):
     """A code package could not be stored or fetched; the message names the package."""
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import httpx
 
 from magnetar.instance.config import FunctionConfig
+from magnetar.worker.admission import Admission
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
     FunctionExistsError,
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 FORWARD_PATH = "/admin/v2/worker/internal/function-changes"
 
 Operation = Literal["register", "update", "delete", "start", "stop"]
+_OPERATIONS = get_args(Operation)
 
 NamespaceCheck = Callable[[str, str], None]
 """Raises (Pulsar's 400 "Tenant does not exist" / "Namespace does not exist") unless the
@@ -60,6 +62,14 @@ class FunctionChange:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FunctionChange:
+        """The change ``to_json`` wrote; KeyError or TypeError when it is malformed."""
+        if data["op"] not in _OPERATIONS or not isinstance(data["fqfn"], str):
+            raise TypeError(f"unknown operation {data['op']!r} or malformed fqfn")
+        instance_id = data.get("instanceId")
+        if instance_id is not None and (
+            not isinstance(instance_id, int) or isinstance(instance_id, bool)
+        ):
+            raise TypeError(f"instanceId must be a whole number, not {instance_id!r}")
         return cls(
             data["op"],
             data["fqfn"],
@@ -114,7 +124,8 @@ class FunctionManager:
 
     ``namespace_check``, when given, runs on the leader before a registration is written
     (so a namespace deleted meanwhile cannot gain a function); without it the REST layer
-    checks before submitting, as Apache Pulsar does."""
+    checks before submitting, as Apache Pulsar does. ``admission`` checks every register
+    and update on the leader as it writes, whoever sent it."""
 
     def __init__(
         self,
@@ -124,11 +135,14 @@ class FunctionManager:
         timeout_s: float,
         http: httpx.Client,
         namespace_check: NamespaceCheck | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """``http``: the client that forwards changes to the leader."""
         self._metadata = metadata
+        self._assignments = assignments
         self._leader = leader
         self._namespace_check = namespace_check
+        self.admission = admission or Admission()
         self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s, http)
 
     def submit(
@@ -152,10 +166,36 @@ class FunctionManager:
         self._write(change)
         return self._metadata.version_of(change.fqfn)
 
+    def check_capacity(self, fqfn: str, parallelism: int) -> None:
+        """Refuse (AdmissionError) a ``parallelism`` for ``fqfn`` the cluster cannot hold, as
+        this worker sees the functions and the live workers."""
+        self.admission.check_capacity(
+            fqfn, parallelism, self._metadata.get(fqfn), self._metadata.functions(), self._workers()
+        )
+
+    def _workers(self) -> int:
+        """The live workers, as the leader last published them."""
+        current = self._assignments.current
+        return len(current.workers) if current is not None else 1
+
     def _write(self, change: FunctionChange) -> None:
         check = self._namespace_check
 
         def apply(current: FunctionRecord | None) -> FunctionRecord | None:
+            # (a register of an existing function, an update of a missing one: Pulsar's
+            # refusals come first)
+            changes_config = change.op in ("register", "update")
+            if changes_config and (change.op == "register") == (current is None):
+                self.admission.check_change(
+                    change.fqfn,
+                    change.config,
+                    change.package,
+                    current,
+                    self._metadata.functions(),
+                    self._workers(),
+                )
+            elif change.op in ("start", "stop") and current is not None:
+                self.admission.scheduled_parallelism(current)
             if check is not None and change.op == "register":
                 tenant, namespace, _ = change.fqfn.split("/")
                 check(tenant, namespace)

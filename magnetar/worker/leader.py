@@ -8,7 +8,9 @@ for a moment and got it back before any other worker took a term leads its term 
 then on it reschedules whenever functions, members, drains, a rebalance request or the
 instances the workers report running change what should run where: the scheduler is told
 which instances do not run yet where they are assigned, so that it moves instances a few at
-a time (see ``magnetar.worker.scheduler``).
+a time (see ``magnetar.worker.scheduler``). A function that admission does not let through
+(an invalid config, a parallelism past the limit) is left out with a logged reason: one bad
+record never stops the scheduling of the others.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from magnetar.worker.admission import Admission
 from magnetar.worker.assignments import AssignmentManager, AssignmentRecord
-from magnetar.worker.exceptions import NotLeaderError
+from magnetar.worker.exceptions import AdmissionError, NotLeaderError
 from magnetar.worker.metadata import Entry, FunctionRecord, MetadataManager
 from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
 from magnetar.worker.scheduler import Scheduler
@@ -57,8 +60,13 @@ class LeaderService:
         assignments: AssignmentManager,
         scheduler: Scheduler,
         write_timeout_s: float,
+        admission: Admission | None = None,
     ) -> None:
+        """``admission``: which functions may be scheduled (the default limits when None)."""
         self._me = me
+        self._admission = admission or Admission()
+        self._refused: dict[str, int] = {}
+        """Functions left out of the schedule, by the record version last logged."""
         self._membership = membership
         self._metadata = metadata
         self._assignments = assignments
@@ -216,12 +224,14 @@ class LeaderService:
             draining = set(self._current_draining())
         members = self._membership.members()
         eligible = [w.worker_id for w in members if w.worker_id not in draining]
+        functions = self._metadata.functions()
+        self._refused = {f: v for f, v in self._refused.items() if f in functions}
         # stopped instances keep their place (as in Pulsar): their worker stops them, tells
         # the truth about them until their process has exited, and starts them again there
         instances = [
             instance_key(fqfn, i)
-            for fqfn, record in sorted(self._metadata.functions().items())
-            for i in range(record.function_config().parallelism)
+            for fqfn, record in sorted(functions.items())
+            for i in range(self._scheduled_parallelism(record))
         ]
         current = self._assignments.current
         in_force = current.assignment if current else {}
@@ -253,6 +263,24 @@ class LeaderService:
             len(eligible),
             moved,
         )
+
+    def _scheduled_parallelism(self, record: FunctionRecord) -> int:
+        """The instances of ``record`` to schedule: none, with the reason logged once per
+        version, when admission does not let it through."""
+        try:
+            parallelism = self._admission.scheduled_parallelism(record)
+        except AdmissionError as error:
+            if self._refused.get(record.fqfn) != record.version:
+                self._refused[record.fqfn] = record.version
+                log.error(
+                    "function %s (version %d) is not scheduled: %s",
+                    record.fqfn,
+                    record.version,
+                    error.reason,
+                )
+            return 0
+        self._refused.pop(record.fqfn, None)
+        return parallelism
 
     def _unsettled(self, current: AssignmentRecord | None) -> set[str]:
         """The instances of ``current`` not known to run where it puts them: those its

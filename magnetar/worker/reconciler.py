@@ -11,6 +11,7 @@ import logging
 import threading
 from typing import Protocol
 
+from magnetar.instance.exceptions import InvalidFunctionConfigError
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import PackageError
 from magnetar.worker.metadata import MetadataManager
@@ -98,7 +99,11 @@ class InstanceReconciler:
                 log.warning("cannot fetch the code of %s yet: %s", fqfn, error)
                 complete = False
                 continue
-            config = function.function_config()
+            try:
+                config = function.function_config()
+            except InvalidFunctionConfigError as error:  # one bad record stops no other
+                log.error("function %s is not started: %s", fqfn, error)
+                continue
             # the code field (py, or js for JavaScript) names the fetched file on this disk
             config = config.model_copy(update={"js" if config.is_javascript else "py": str(path)})
             desired[key] = InstanceSpec(fqfn, instance_id, config, function.config_version)

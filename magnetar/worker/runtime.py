@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import pulsar
 
 from magnetar.client import create_client
+from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.metrics import MetricsSnapshot
@@ -346,8 +347,10 @@ class ProcessRuntime:
         log_level: int = logging.INFO,
         state: StateLayout | None = None,
         warm: int = 2,
+        archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
     ) -> None:
-        """``warm``: processes kept ready for the next instances (0: start each on demand)."""
+        """``warm``: processes kept ready for the next instances (0: start each on demand);
+        ``archive_limits``: how much a code package may unpack to."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -355,6 +358,7 @@ class ProcessRuntime:
         self.log_level = log_level
         self.state = state
         self.warm = warm
+        self.archive_limits = archive_limits
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -402,6 +406,7 @@ class ProcessRuntime:
             worker_id=self.worker_id,
             function_version=str(spec.version),
             state=self.state.options(spec) if self.state is not None else None,
+            archive_limits=self.archive_limits,
         )
         handle = self._hand_over(process_spec, spec.key)
         self._refill.set()
@@ -526,11 +531,16 @@ class ThreadRuntime:
     """
 
     def __init__(
-        self, client: pulsar.Client, worker_id: str, state: StateLayout | None = None
+        self,
+        client: pulsar.Client,
+        worker_id: str,
+        state: StateLayout | None = None,
+        archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
     ) -> None:
         self.client = client
         self.worker_id = worker_id
         self.state = state
+        self.archive_limits = archive_limits
 
     def prepare(self) -> None:
         """Nothing to prepare: a thread starts at once."""
@@ -549,6 +559,7 @@ class ThreadRuntime:
             instance_id=spec.instance_id,
             worker_id=self.worker_id,
             function_version=str(spec.version),
+            archive_limits=self.archive_limits,
         )
         state = None
         if self.state is not None:
@@ -578,14 +589,15 @@ def make_runtime(
     log_level: int = logging.INFO,
     state: StateLayout | None = None,
     warm: int = 2,
+    archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``: processes the process runtime
-    keeps ready."""
+    keeps ready; ``archive_limits``: how much a code package may unpack to."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state, warm)
+        return ProcessRuntime(broker_url, worker_id, log_level, state, warm, archive_limits)
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")
-        return ThreadRuntime(client, worker_id, state)
+        return ThreadRuntime(client, worker_id, state, archive_limits)
     raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(RUNTIMES)}")

@@ -14,6 +14,7 @@ import uvicorn
 
 from magnetar.client import create_client
 from magnetar.statestore import StateQueryService
+from magnetar.worker.admission import Admission, AdmissionLimits
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth, RoleAuthorizer, TokenAuthenticator, read_key
 from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime, broker_policies
@@ -52,6 +53,7 @@ class WorkerService:
         """Start every component; returns once the REST API is listening."""
         config = self.config
         me = WorkerInfo(config.worker_id, config.admin_url)
+        admission = Admission(AdmissionLimits.of(config))
         # With a broker admin API: the system namespace and its policies, before anything reads
         # it; the broker's tenants and namespaces are then the ones functions live in.
         self._policies = broker_policies(config)
@@ -95,6 +97,7 @@ class WorkerService:
             self.assignments,
             make_scheduler(config.scheduler),
             config.request_timeout_s,
+            admission,
         )
         state_root = config.data_dir / "state"
         self.state = StateQueryService(
@@ -107,6 +110,7 @@ class WorkerService:
             client=self._data_client,
             state=StateLayout(state_root, config.system_namespace),
             warm=config.warm_instances,
+            archive_limits=admission.limits.archive,
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)
@@ -147,6 +151,7 @@ class WorkerService:
             http,
             # checked on the leader as it writes, unless the broker keeps the namespaces
             namespace_check=None if self._policies is not None else tenancy.check_namespace,
+            admission=admission,
         )
         services = RestServices(
             config=config,

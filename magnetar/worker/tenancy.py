@@ -16,12 +16,12 @@ Both answer with the codes and reasons of Pulsar's TenantsBase and NamespacesBas
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 import httpx
 
+from magnetar.worker.admission import is_named_entity
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import (
     AlreadyExistsError,
@@ -52,8 +52,6 @@ FORWARD_PATH = "/admin/v2/worker/internal/tenancy-changes"
 
 _TENANT = "tenant"
 _NAMESPACE = "namespace"
-_NAME = re.compile(r"[-=:.\w]+")
-"""Pulsar's NamedEntity: letters, digits, '_', '-', '=', ':' and '.'."""
 
 TenancyOp = Literal[
     "create_tenant", "update_tenant", "delete_tenant", "create_namespace", "delete_namespace"
@@ -118,7 +116,7 @@ def check_namespace_name(namespace: str) -> tuple[str, str]:
 
 
 def _valid(name: str) -> bool:
-    return _NAME.fullmatch(name) is not None
+    return is_named_entity(name)
 
 
 def default_entries(system_namespace: str, cluster: str) -> dict[str, dict[str, Entry]]:

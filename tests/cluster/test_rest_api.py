@@ -352,7 +352,7 @@ def _received_lines(scrapes: list[httpx.Response]) -> list[str]:
         (
             {"functionConfig": json.dumps({"inputs": ["a"], "parallelism": 0})},
             400,
-            "parallelism: Input should be greater than or equal to 1",
+            "Function parallelism must be a positive number",
         ),
         (
             {"functionConfig": json.dumps({"inputs": ["a"]})},

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from magnetar.worker.admission import AdmissionLimits
 from magnetar.worker.config import load_worker_config
 from magnetar.worker.exceptions import WorkerConfigError
 
@@ -40,3 +41,16 @@ def test_bad_values_name_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path.write_text("- a list\n")
     with pytest.raises(WorkerConfigError, match="must be a mapping"):
         load_worker_config(path)
+
+
+def test_admission_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAGNETAR_MAX_PARALLELISM", "8")
+    monkeypatch.setenv("MAGNETAR_MAX_INSTANCES_PER_WORKER", "20")
+    monkeypatch.setenv("MAGNETAR_MAX_PACKAGE_UNPACKED_BYTES", "1048576")
+    limits = AdmissionLimits.of(load_worker_config())
+    assert (limits.max_parallelism, limits.max_instances_per_worker) == (8, 20)
+    assert limits.archive.max_unpacked_bytes == 1 << 20
+    assert limits.max_name_length == 64 and limits.archive.max_entries == 20_000
+    monkeypatch.setenv("MAGNETAR_MAX_PARALLELISM", "0")
+    with pytest.raises(WorkerConfigError, match="max_parallelism: Input should be greater than"):
+        load_worker_config()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from magnetar.instance.archive import ArchiveLimits
 from magnetar.testing import descendants_named
 from magnetar.worker.runtime import (
     INSTANCE_PROCESS_NAME,
@@ -25,6 +26,7 @@ from magnetar.worker.runtime import (
     make_runtime,
 )
 from magnetar.worker.runtime_manager import BackoffPolicy
+from tests.conftest import EXAMPLES
 from tests.integration.conftest import collect, produce, values, wait_for
 from tests.worker.conftest import (
     WORKER_ID,
@@ -34,6 +36,7 @@ from tests.worker.conftest import (
     pid_exists,
     receive_until,
 )
+from tests.zips import lying_zip
 
 EXCLAMATION = {"example": "exclamation.py", "class_name": "exclamation.ExclamationFunction"}
 
@@ -379,3 +382,30 @@ def test_apply_rejects_a_key_that_does_not_match_its_spec(start_manager: StartMa
     manager = start_manager()
     with pytest.raises(ValueError, match="does not match"):
         manager.apply({spec.key: other})
+
+
+def test_a_package_past_the_workers_unpacking_limit_fails_its_instance_naming_the_limit(
+    broker_url: str, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    # its directory declares 100 bytes for 8 MiB of zeros: only unpacking finds out
+    code = (EXAMPLES / "exclamation.py").read_bytes()
+    package = tmp_path / "exclamation.zip"
+    package.write_bytes(
+        lying_zip({"exclamation.py": code, "zeros.bin": bytes(8 << 20)}, "zeros.bin", 100)
+    )
+    limits = ArchiveLimits(max_unpacked_bytes=1 << 20, max_compression_ratio=1e9)
+    runtime = ProcessRuntime(broker_url, WORKER_ID, warm=0, archive_limits=limits)
+    specs = instance_specs(
+        function_config(py=str(package), class_name=EXCLAMATION["class_name"], inputs=[topic])
+    )
+    (key,) = specs
+    manager = start_manager(runtime, liveness_interval_s=0.1)
+    manager.apply(specs)
+
+    deadline = time.monotonic() + 20
+    while not ((status := manager.status(key)) and status.error):
+        assert time.monotonic() < deadline, "the instance reported no error"
+        time.sleep(0.05)
+    assert not status.running
+    assert "max_package_unpacked_bytes" in status.error, status.error
+    assert f"more than {1 << 20} bytes" in status.error

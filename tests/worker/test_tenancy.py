@@ -66,6 +66,13 @@ REFUSALS: dict[str, tuple[str, str, Any, int, str]] = {
         412,
         "Tenant name is not valid",
     ),
+    "create a tenant with a name beyond ASCII": (
+        "PUT",
+        "/admin/v2/tenants/caf%C3%A9",
+        STANDALONE,
+        412,
+        "Tenant name is not valid",
+    ),
     "create a tenant without TenantInfo": (
         "PUT",
         "/admin/v2/tenants/t1",

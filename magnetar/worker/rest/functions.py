@@ -13,7 +13,6 @@ import httpx
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
-from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
 from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
 from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundError
@@ -59,7 +58,7 @@ def _config(raw: str | None, tenant: str, namespace: str, name: str) -> dict[str
         raise ApiError(400, "Function config is not provided")
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # a JSONDecodeError, or a number of too many digits
         raise ApiError(400, f"functionConfig is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "functionConfig must be a JSON object")
@@ -136,7 +135,10 @@ async def _package(
                 f"syntax error in {filename}, line {error.lineno}, column {error.offset}: "
                 f"{error.msg}"
             ) from None
-    elif not filename.endswith((".zip", ".whl")):
+    elif filename.endswith((".zip", ".whl")):
+        # refused by its directory now, rather than by every instance as it unpacks it
+        await run_in_threadpool(services.functions.admission.check_package, content, filename)
+    else:
         raise ApiError(
             400,
             f"the function package {filename!r} must be a .py file, a .zip, a .whl wheel or a "
@@ -178,17 +180,22 @@ async def register(
     """Register a function: multipart ``functionConfig`` (JSON) and ``data`` (the code) or
     ``url``."""
     services = _services(request)
+    admission = services.functions.admission
     fqfn = f"{tenant}/{namespace}/{name}"
+    admission.check_names(tenant, namespace, name)
     config = _config(function_config, tenant, namespace, name)
     await run_in_threadpool(services.tenancy.check_namespace, tenant, namespace)
     if services.metadata.get(fqfn) is not None:
         raise FunctionExistsError(f"Function {name} already exists")
-    authorize_topics(request, tenant, FunctionConfig.parse(_with_code(config)))
+    # refused before the code is read and stored (the leader checks again as it writes)
+    parsed = admission.check_config(_with_code(config))
+    authorize_topics(request, tenant, parsed)
+    services.functions.check_capacity(fqfn, parsed.parallelism)
     code = await _code(services, data, url)
     if code is None:
         raise ApiError(400, "Function Package is not provided")
     package = await _package(services, *code, config)
-    FunctionConfig.parse(config)
+    admission.check_config(config)
     change = FunctionChange("register", fqfn, config, package)
     await run_in_threadpool(services.functions.submit, change, _credentials(request))
 
@@ -208,7 +215,9 @@ async def update(
     allow, with ``data`` or ``url`` its code too. An update that changes nothing is refused
     (400 "Update contains no change"), as in Pulsar."""
     services = _services(request)
+    admission = services.functions.admission
     fqfn = f"{tenant}/{namespace}/{name}"
+    admission.check_names(tenant, namespace, name)
     requested = _config(function_config, tenant, namespace, name)
     current = _record(services, fqfn, missing_status=400)
     unknown = unknown_fields(requested)
@@ -222,10 +231,12 @@ async def update(
         and not changes_anything(current.config, config)
     ):
         raise ApiError(400, "Update contains no change")
-    authorize_topics(request, tenant, FunctionConfig.parse(_with_code(config)))
+    parsed = admission.check_config(config)
+    authorize_topics(request, tenant, parsed)
+    services.functions.check_capacity(fqfn, parsed.parallelism)
     code = await _code(services, data, url)
     package = await _package(services, *code, config) if code is not None else None
-    FunctionConfig.parse(config)
+    admission.check_config(config)
     await run_in_threadpool(
         services.functions.submit,
         FunctionChange("update", fqfn, config, package),
@@ -238,7 +249,7 @@ def _updates_auth_data(raw: str | None) -> bool:
     Pulsar, though Magnetar keeps none)."""
     try:
         options = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
+    except ValueError:
         raise ApiError(400, "updateOptions is not valid JSON") from None
     return isinstance(options, dict) and options.get("updateAuthData") is True
 

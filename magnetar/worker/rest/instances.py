@@ -38,8 +38,11 @@ def function_record(found: RestServices, tenant: str, namespace: str, name: str)
     return record
 
 
-def _instance_ids(record: FunctionRecord, instance_id: int | None) -> list[int]:
-    parallelism = record.function_config().parallelism
+def _instance_ids(
+    found: RestServices, record: FunctionRecord, instance_id: int | None
+) -> list[int]:
+    # a record admission does not let through (invalid, or past a limit) answers why
+    parallelism = found.functions.admission.scheduled_parallelism(record)
     if instance_id is None:
         return list(range(parallelism))
     if not 0 <= instance_id < parallelism:
@@ -111,8 +114,8 @@ def _every_instance(
 ) -> dict[int, dict[str, Any]]:
     """``answer`` for every instance, by instance id; the owners are asked at the same time
     (one after the other, each answer would wait for the previous worker's)."""
-    ids = _instance_ids(record, None)
     found = services(request)
+    ids = _instance_ids(found, record, None)
     here = found.config.worker_id
     remote = sum(1 for i in ids if _owner(found, record, i) not in (None, here))
     if remote < 2:
@@ -140,7 +143,7 @@ def instance_status(
 ) -> dict[str, Any]:
     """FunctionInstanceStatusData of one instance."""
     record = function_record(services(request), tenant, namespace, name)
-    _instance_ids(record, instance_id)
+    _instance_ids(services(request), record, instance_id)
     return _instance_status(request, record, instance_id)
 
 
@@ -164,7 +167,7 @@ def instance_stats(
 ) -> dict[str, Any]:
     """FunctionInstanceStatsData of one instance."""
     record = function_record(services(request), tenant, namespace, name)
-    _instance_ids(record, instance_id)
+    _instance_ids(services(request), record, instance_id)
     return _instance_stats(request, record, instance_id)
 
 
@@ -221,7 +224,7 @@ def _restart(request: Request, record: FunctionRecord, instance_id: int | None) 
     """Restart the instances that run, each by its worker; a stopped one stays stopped (as
     in Pulsar, where restarting it does nothing)."""
     found = services(request)
-    parallelism = record.function_config().parallelism
+    parallelism = found.functions.admission.scheduled_parallelism(record)
     ids = [instance_id] if instance_id is not None else list(range(parallelism))
     running = [i for i in ids if i not in record.stopped]
     owners = {i: owner for i in running if (owner := _owner(found, record, i)) is not None}
