@@ -16,6 +16,7 @@ import httpx
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.exceptions import (
     FunctionExistsError,
     FunctionNotFoundError,
@@ -124,12 +125,16 @@ class FunctionManager:
         timeout_s: float,
         http: httpx.Client,
         namespace_check: NamespaceCheck | None = None,
+        peer_seal: PeerSeal | None = None,
     ) -> None:
-        """``http``: the client that forwards changes to the leader."""
+        """``http`` and ``peer_seal``: the client that forwards changes to the leader, and
+        the seal that proves them a worker's."""
         self._metadata = metadata
         self._leader = leader
         self._namespace_check = namespace_check
-        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s, http)
+        self._channel = LeaderChannel(
+            metadata, assignments, leader.worker_id, timeout_s, http, peer_seal
+        )
 
     def submit(
         self, change: FunctionChange, authorization: str | None = None

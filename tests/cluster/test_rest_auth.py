@@ -17,6 +17,8 @@ from click.testing import CliRunner
 
 from magnetar.broker import EmbeddedBroker, find_free_port
 from magnetar.cli import main
+from magnetar.worker.cluster_key import ClusterKey, PeerSeal
+from magnetar.worker.functions import FORWARD_PATH
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_standalone import free_ports, ready
 from tests.conftest import EXAMPLES, MAGNETAR
@@ -28,6 +30,7 @@ class Secured:
     leader: Worker
     follower: Worker
     tokens: dict[str, str]
+    cluster_key: Path
 
     def call(
         self,
@@ -64,6 +67,8 @@ def secured(
         role: _cli("tokens", "create", "--secret-key", key.as_uri(), "--subject", role)
         for role in ("admin", "acme-admin", "stranger")
     }
+    cluster_key = root / "cluster.key"
+    _cli("tokens", "create-secret-key", "--output", str(cluster_key))
     tokens["expired"] = _cli(
         "tokens", "create", "--secret-key", str(key), "--subject", "admin", "--expiry-time", "0s"
     )
@@ -73,6 +78,7 @@ def secured(
         env={
             "MAGNETAR_AUTHENTICATION_ENABLED": "true",
             "MAGNETAR_TOKEN_SECRET_KEY": key.as_uri(),
+            "MAGNETAR_CLUSTER_KEY": cluster_key.as_uri(),
             "MAGNETAR_SUPERUSER_ROLES": "admin",
             "MAGNETAR_TENANT_ADMIN_ROLES": json.dumps({"acme": ["acme-admin"]}),
         },
@@ -86,7 +92,7 @@ def secured(
             timeout=10,
         ).json()["workerId"]
         leader, follower = (first, second) if leader_id == "a0" else (second, first)
-        made = Secured(cluster, leader, follower, tokens)
+        made = Secured(cluster, leader, follower, tokens, cluster_key)
         acme = {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]}
         tenant = made.call("PUT", "/admin/v2/tenants/acme", "admin", json=acme)
         assert tenant.status_code == 204, tenant.text
@@ -205,6 +211,36 @@ def test_tenants_need_a_superuser_and_namespaces_an_admin_of_their_tenant(
     assert secured.call("DELETE", "/admin/v2/namespaces/acme/dev", "acme-admin").status_code == 204
 
 
+def test_internal_paths_refuse_every_token_and_take_the_workers_own_calls(
+    secured: Secured,
+) -> None:
+    created = _create(secured, "acme/prod/target", "acme-admin")
+    assert created.status_code == 204, created.text
+    change = json.dumps({"op": "delete", "fqfn": "acme/prod/target"}).encode()
+    json_body = {"Content-Type": "application/json"}
+    for role in ("acme-admin", "admin"):
+        refused = secured.call("POST", FORWARD_PATH, role, secured.leader, content=change)
+        assert refused.status_code == 401, role
+        assert refused.json() == {
+            "reason": f"{FORWARD_PATH} is for the cluster's workers only: a token cannot call it"
+        }
+    assert secured.call("GET", "/admin/v3/functions/acme/prod/target", "admin").status_code == 200
+
+    # a worker's call (what a follower sends the leader) with the caller's token along
+    seal = PeerSeal(ClusterKey.from_setting(secured.cluster_key.as_uri()), "a1")
+    sealed = json_body | seal.headers("POST", FORWARD_PATH, change)
+    stranger = secured.call(
+        "POST", FORWARD_PATH, "stranger", secured.leader, content=change, headers=sealed
+    )
+    assert (stranger.status_code, stranger.json()) == (401, NOT_AUTHORIZED)
+    accepted = secured.call(
+        "POST", FORWARD_PATH, "acme-admin", secured.leader, content=change, headers=sealed
+    )
+    assert accepted.status_code == 200, accepted.text
+    gone = secured.call("GET", "/admin/v3/functions/acme/prod/target", "admin", secured.leader)
+    assert gone.status_code == 404
+
+
 def test_the_cli_sends_its_token(secured: Secured, tmp_path: Path) -> None:
     base = ["--admin-url", secured.follower.url]
     refused = CliRunner().invoke(main, [*base, "functions", "list", "--tenant", "acme"])
@@ -270,6 +306,8 @@ def test_standalone_turns_authentication_on_from_its_config_file(tmp_path: Path)
             timeout=10,
         )
         assert allowed.status_code == 200 and allowed.json()[0]["workerId"] == "worker-1"
+        # the workers' key, made once for them, readable by their user only
+        assert (tmp_path / "data" / "cluster.key").stat().st_mode & 0o777 == 0o600
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(90)
