@@ -93,10 +93,16 @@ class RecordSeal:
     """Seals the records this worker writes and checks those it reads.
 
     Without a key (authentication off and no ``cluster_key``) records go unsealed and every
-    record is accepted, as before seals existed."""
+    record is accepted, as before seals existed. ``accept_unsealed_history`` (upgrading a
+    cluster whose topics hold records of a version without seals) accepts the unsealed
+    records that come before a topic's first sealed one: all workers replay a topic in the
+    same order, so they agree on which those are."""
 
-    def __init__(self, key: ClusterKey | None) -> None:
+    def __init__(self, key: ClusterKey | None, accept_unsealed_history: bool = False) -> None:
         self._key = key
+        self._accept_history = accept_unsealed_history
+        self._sealed_topics: set[str] = set()
+        """Topics on which a sealed record was read: an unsealed one is forged from then on."""
         self._lock = threading.Lock()
         self._last_warning: dict[str, float] = {}
         self._dropped: dict[str, int] = {}
@@ -121,7 +127,13 @@ class RecordSeal:
         seal = properties.pop(SEAL_PROPERTY, "")
         expected = "v1:" + self._key.mac(*_record_parts(kind, message.data(), properties))
         if hmac.compare_digest(seal.encode(), expected.encode()):
+            with self._lock:
+                self._sealed_topics.add(topic)
             return True
+        if not seal and self._accept_history:
+            with self._lock:
+                if topic not in self._sealed_topics:
+                    return True
         self._warn(topic, message.message_id(), "missing" if not seal else "wrong")
         return False
 

@@ -90,6 +90,12 @@ class WorkerConfig(BaseModel):
     ``authentication_enabled``; without it and without authentication, records and calls
     go unsealed (a warning says so). Every worker of the cluster needs the same key, and
     the key must stay the same: records sealed with another are dropped."""
+    accept_unsealed_history: bool = False
+    """Upgrading a cluster that ran without a cluster key (or a version without seals):
+    accept the unsealed records at the start of each system topic, up to its first sealed
+    one (the first leader with the key writes one as it takes over). Turn it off once the
+    cluster has run with the key: while on, a forger who reaches an empty topic first
+    (a cluster's first start) gets its records accepted."""
     token_auth_claim: str = "sub"
     """The token claim that names the caller's role."""
     superuser_roles: tuple[str, ...] = ()

@@ -55,7 +55,7 @@ class WorkerService:
         config = self.config
         me = WorkerInfo(config.worker_id, config.admin_url)
         cluster_key = _cluster_key(config)
-        record_seal = RecordSeal(cluster_key)
+        record_seal = RecordSeal(cluster_key, config.accept_unsealed_history)
         peer_seal = PeerSeal(cluster_key, config.worker_id)
         # With a broker admin API: the system namespace and its policies, before anything reads
         # it; the broker's tenants and namespaces are then the ones functions live in.
@@ -105,7 +105,7 @@ class WorkerService:
             known_leader=self._known_leader,
             known_workers=self._known_workers,
             report=self._report,
-            seal=record_seal,
+            seal=RecordSeal(cluster_key),  # heartbeats have no history to accept
         )
         self.leader = LeaderService(
             me,

@@ -226,3 +226,47 @@ def test_a_worker_refuses_system_topics_another_functions_worker_writes(
         f"{config.system_topic(topic)} holds records that are not a Magnetar worker's"
     )
     assert "Give Magnetar a namespace of its own with system_namespace" in message
+
+
+def test_an_upgraded_cluster_keeps_its_unsealed_history_when_told_to(
+    broker_url: str, admin_url: str | None, client: pulsar.Client, tmp_path: Path
+) -> None:
+    namespace = f"public/upgrade{uuid.uuid4().hex[:6]}"
+    key = "data:;base64," + base64.b64encode(secrets.token_bytes(32)).decode()
+    common: dict[str, Any] = {"system_namespace": namespace, "pulsar_admin_url": admin_url}
+    before = InProcessCluster(broker_url, tmp_path / "before", size=1, **common)
+    try:
+        body = {"className": CLASS, "inputs": [f"upgrade-in-{uuid.uuid4().hex[:6]}"]}
+        made = httpx.post(f"{before.url('leader')}{FUNCTIONS}/old", timeout=30, **form(body))
+        assert made.status_code == 204, made.text
+    finally:
+        before.stop()
+
+    keyed = InProcessCluster(broker_url, tmp_path / "keyed", size=1, cluster_key=key, **common)
+    try:  # the unsealed records are dropped like forged ones
+        assert httpx.get(f"{keyed.url('leader')}{FUNCTIONS}/old", timeout=10).status_code == 404
+    finally:
+        keyed.stop()
+
+    upgraded = InProcessCluster(
+        broker_url,
+        tmp_path / "upgraded",
+        size=1,
+        cluster_key=key,
+        accept_unsealed_history=True,
+        **common,
+    )
+    try:
+        url = upgraded.url("leader")
+        assert httpx.get(f"{url}{FUNCTIONS}/old", timeout=10).status_code == 200
+        topic = upgraded.workers[0].config.system_topic("metadata")
+        producer = client.create_producer(topic)
+        forged = {"fqfn": "public/default/old", "term": "1", "leader": "w0", "version": "999"}
+        producer.send(b"", properties=forged)
+        producer.close()
+        body = {"className": CLASS, "inputs": [f"upgrade-in-{uuid.uuid4().hex[:6]}"]}
+        made = httpx.post(f"{url}{FUNCTIONS}/new", timeout=30, **form(body))
+        assert made.status_code == 204, made.text
+        assert httpx.get(f"{url}{FUNCTIONS}/old", timeout=10).status_code == 200
+    finally:
+        upgraded.stop()
