@@ -71,11 +71,10 @@ class Sealed:
         got = receive_until(self.client, self.output, {f"{word}!"}, subscription=word)
         assert f"{word}!" in got
 
-    def assignments(self) -> dict[str, list[str]]:
-        result: dict[str, list[str]] = self.call(
-            "GET", "/admin/v2/worker/assignments", "leader"
-        ).json()
-        return result
+    def assignments(self) -> dict[str, str]:
+        """Instance key -> the worker it is assigned to, as the leader says."""
+        by_worker = self.call("GET", "/admin/v2/worker/assignments", "leader").json()
+        return {key: worker for worker, keys in by_worker.items() for key in keys}
 
 
 @pytest.fixture(scope="module")
