@@ -97,6 +97,11 @@ def sealed(
         body = {"className": CLASS, "inputs": [made.input], "output": made.output}
         answer = made.call("POST", f"{FUNCTIONS}/{made.name}", **form(body))
         assert answer.status_code == 204, answer.text
+        deadline = time.monotonic() + 60
+        status = f"{FUNCTIONS}/{made.name}/status"
+        while made.call("GET", status).json()["numRunning"] != 1:
+            assert time.monotonic() < deadline, "the function did not start"
+            time.sleep(0.2)
         made.assert_runs()
         yield made
     finally:
@@ -119,6 +124,34 @@ def test_a_forged_metadata_record_deletes_and_changes_nothing(sealed: Sealed) ->
     assert status["numInstances"] == 1
 
 
+def test_a_replayed_genuine_record_changes_nothing(sealed: Sealed) -> None:
+    name = f"phoenix-{uuid.uuid4().hex[:6]}"
+    sealed.register(name)
+    assert sealed.call("DELETE", f"{FUNCTIONS}/{name}").status_code == 204
+    sealed.register(name)
+    # every record the leader wrote for it, seal and all: the registration, the delete, ...
+    reader = sealed.client.create_reader(sealed.system_topic("metadata"), pulsar.MessageId.earliest)
+    records = []
+    try:
+        while True:
+            try:
+                message = reader.read_next(2000)
+            except pulsar.Timeout:
+                break
+            if message.properties().get("fqfn") == f"public/default/{name}":
+                records.append((message.data(), message.properties()))
+    finally:
+        reader.close()
+    assert len(records) == 3
+    for data, properties in records:
+        sealed.forge("metadata", data, properties)
+    sealed.register(f"after-{uuid.uuid4().hex[:6]}")
+    assert sealed.call("GET", f"{FUNCTIONS}/{name}").status_code == 200
+    for worker in sealed.cluster.workers:
+        url = f"{worker.config.admin_url}{FUNCTIONS}/{name}"
+        assert httpx.get(url, timeout=10).status_code == 200
+
+
 def test_a_forged_assignment_starts_and_stops_nothing(sealed: Sealed) -> None:
     before = sealed.assignments()
     assert f"public/default/{sealed.name}:0" in before
@@ -132,12 +165,13 @@ def test_a_forged_assignment_starts_and_stops_nothing(sealed: Sealed) -> None:
         "draining": [],
     }
     sealed.forge("assignments", json.dumps(record).encode(), {"term": "99999"})
-    # A new function makes the leader publish an assignment, applied there before the call
-    # returns: the forgery came first.
+    # A new function makes the leader publish an assignment, after the forgery.
     name = f"later-{uuid.uuid4().hex[:6]}"
     sealed.register(name)
-    after = sealed.assignments()
-    assert f"public/default/{name}:0" in after
+    deadline = time.monotonic() + 10
+    while f"public/default/{name}:0" not in (after := sealed.assignments()):
+        assert time.monotonic() < deadline, f"{name} was never assigned: {after}"
+        time.sleep(0.1)
     assert not [key for key in after if "ghost" in key]
     assert set(after.values()) <= {"w0", "w1"}
     assert {key: after[key] for key in before} == before
@@ -215,6 +249,9 @@ def test_a_worker_refuses_system_topics_another_functions_worker_writes(
         system_namespace=f"public/foreign{uuid.uuid4().hex[:6]}",
         pulsar_admin_url=admin_url,
     )
+    if admin_url is not None:  # the other worker made the namespace
+        made = httpx.put(f"{admin_url}/admin/v2/namespaces/{config.system_namespace}", timeout=30)
+        assert made.status_code == 204, made.text
     producer = client.create_producer(config.system_topic(topic))
     producer.send(APACHE_SERVICE_REQUEST, partition_key="public/default/fn")
     producer.close()
