@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from magnetar.worker.exceptions import WorkerConfigError
 
-__all__ = ["WorkerConfig", "load_worker_config"]
+__all__ = ["SECRET_SETTINGS", "WorkerConfig", "load_worker_config", "take_secret_environment"]
 
 
 class WorkerConfig(BaseModel):
@@ -158,6 +158,19 @@ class WorkerConfig(BaseModel):
 
 
 _ENV_PREFIX = "MAGNETAR_"
+SECRET_SETTINGS = ("cluster_key", "token_secret_key")
+"""Settings that give a worker's powers to whoever reads them."""
+
+
+def take_secret_environment() -> dict[str, str]:
+    """Remove the secret settings (``SECRET_SETTINGS``) from this process's environment and
+    return them by field name: instances are child processes, and inherit the rest."""
+    taken = {}
+    for field in SECRET_SETTINGS:
+        value = os.environ.pop(_ENV_PREFIX + field.upper(), None)
+        if value is not None:
+            taken[field] = value
+    return taken
 
 
 def load_worker_config(

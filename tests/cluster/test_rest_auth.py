@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pulsar
 import pytest
 from click.testing import CliRunner
 
@@ -239,6 +241,51 @@ def test_internal_paths_refuse_every_token_and_take_the_workers_own_calls(
     assert accepted.status_code == 200, accepted.text
     gone = secured.call("GET", "/admin/v3/functions/acme/prod/target", "admin", secured.leader)
     assert gone.status_code == 404
+
+
+SNOOP = """
+import os
+
+
+def process(input, context):
+    names = ("MAGNETAR_CLUSTER_KEY", "MAGNETAR_TOKEN_SECRET_KEY")
+    return ",".join(f"{name}={os.environ.get(name, '')}" for name in names)
+"""
+
+
+def test_an_instance_does_not_inherit_the_workers_secret_settings(
+    secured: Secured, cluster_client: pulsar.Client, tmp_path: Path
+) -> None:
+    code = tmp_path / "snoop.py"
+    code.write_text(SNOOP)
+    suffix = uuid.uuid4().hex[:6]
+    config = {"inputs": [f"snoop-in-{suffix}"], "output": f"snoop-out-{suffix}"}
+    created = secured.call(
+        "POST",
+        "/admin/v3/functions/acme/prod/snoop",
+        "acme-admin",
+        data={"functionConfig": json.dumps(config)},
+        files={"data": ("snoop.py", code.read_bytes())},
+    )
+    assert created.status_code == 204, created.text
+    consumer = cluster_client.subscribe(
+        f"snoop-out-{suffix}", "t", initial_position=pulsar.InitialPosition.Earliest
+    )
+    producer = cluster_client.create_producer(f"snoop-in-{suffix}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until the instance runs
+            producer.send(b"x")
+            try:
+                seen = consumer.receive(1000).data().decode()
+                break
+            except pulsar.Timeout:
+                assert time.monotonic() < deadline, "the function gave no output"
+    finally:
+        producer.close()
+        consumer.close()
+        secured.call("DELETE", "/admin/v3/functions/acme/prod/snoop", "acme-admin")
+    assert seen == "MAGNETAR_CLUSTER_KEY=,MAGNETAR_TOKEN_SECRET_KEY="
 
 
 def test_the_cli_sends_its_token(secured: Secured, tmp_path: Path) -> None:
