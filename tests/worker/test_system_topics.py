@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import secrets
 import time
 import uuid
@@ -108,7 +109,10 @@ def sealed(
         cluster.stop()
 
 
-def test_a_forged_metadata_record_deletes_and_changes_nothing(sealed: Sealed) -> None:
+def test_a_forged_metadata_record_deletes_and_changes_nothing(
+    sealed: Sealed, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="magnetar.worker.cluster_key")
     fqfn = f"public/default/{sealed.name}"
     forged = {"type": "function", "fqfn": fqfn, "term": "1", "leader": "w0", "version": "9999"}
     sealed.forge("metadata", b"", forged)  # a delete, as seen in the wild
@@ -122,6 +126,12 @@ def test_a_forged_metadata_record_deletes_and_changes_nothing(sealed: Sealed) ->
     sealed.assert_runs()
     status = sealed.call("GET", f"{FUNCTIONS}/{sealed.name}/status").json()
     assert status["numInstances"] == 1
+    warnings = [r.getMessage() for r in caplog.records if "dropped a record" in r.getMessage()]
+    topic = sealed.system_topic("metadata")
+    # one per worker: the rest within the next 10 s are counted, not logged
+    assert len(warnings) == 2, warnings
+    assert all(w.startswith(f"dropped a record on {topic} (message ") for w in warnings)
+    assert all("whose seal is missing" in w for w in warnings)
 
 
 def test_a_replayed_genuine_record_changes_nothing(sealed: Sealed) -> None:
