@@ -60,7 +60,7 @@ async def authenticate_worker(request: Request) -> None:
     if seal is None or not path.startswith(INTERNAL_PATHS):
         return
     body = await request.body()
-    request.state.worker = seal.verify(request.method, path, body, request.headers.get(PEER_HEADER))
+    seal.verify(request.method, path, body, request.headers.get(PEER_HEADER))
 
 
 def not_authorized(path: str, method: str) -> ApiError:
