@@ -47,7 +47,7 @@ parser.add_argument(
     "--function", default="public/default/word_count", help="The word-count function's FQFN"
 )
 parser.add_argument(
-    "--system-namespace", default="public/functions", help="Where the state journals are"
+    "--system-namespace", default="public/magnetar", help="Where the state journals are"
 )
 args = parser.parse_args()
 journal = state_journal_topic(args.function, args.system_namespace)

@@ -17,7 +17,8 @@ import click
 
 from magnetar.broker import BrokerError, EmbeddedBroker, find_free_port, port_is_free
 from magnetar.exceptions import MagnetarError
-from magnetar.worker.config import WorkerConfig, load_worker_config
+from magnetar.worker.cluster_key import create_cluster_key_file
+from magnetar.worker.config import WorkerConfig, load_worker_config, take_secret_environment
 from magnetar.worker.service import WorkerService
 
 __all__ = ["standalone", "worker"]
@@ -127,6 +128,7 @@ def start_worker(obj: Any, /, config_file: str | None, log_level: str, **flags: 
         )
     except MagnetarError as error:
         raise click.ClickException(str(error)) from None
+    take_secret_environment()  # read: no instance inherits them
     _run_then_exit(lambda: _serve_until_signal(config))
 
 
@@ -285,13 +287,21 @@ def _run_workers(
     workers: int,
     runtime: str,
 ) -> None:
-    """Start the standalone workers on ``broker``; run them until Ctrl-C."""
+    """Start the standalone workers on ``broker``; run them until Ctrl-C.
+
+    They share a cluster key, created once in ``root`` (unless the settings give one)."""
     services: list[WorkerService] = []
+    cluster_key = create_cluster_key_file(root / "cluster.key")
+    # Taken out of the environment, which instances inherit, and given to every worker as
+    # the environment would (over the file).
+    secret_settings = take_secret_environment()
     try:
         for index in range(workers):
             worker_id = f"worker-{index + 1}"
             config = _standalone_config(
                 config_file,
+                {"cluster_key": cluster_key},
+                **secret_settings,
                 worker_id=worker_id,
                 broker_url=broker.service_url,
                 http_port=_worker_port(worker_id, http_port, index),
@@ -350,9 +360,12 @@ def _worker_port(worker_id: str, first: int | None, index: int) -> int:
     return port
 
 
-def _standalone_config(config_file: str | None, **flags: Any) -> WorkerConfig:
-    """One standalone worker's config: the shared file and environment, then its own flags."""
+def _standalone_config(
+    config_file: str | None, defaults: dict[str, Any], **flags: Any
+) -> WorkerConfig:
+    """One standalone worker's config: ``defaults``, the shared file and environment, then
+    its own flags."""
     try:
-        return load_worker_config(Path(config_file) if config_file else None, **flags)
+        return load_worker_config(Path(config_file) if config_file else None, defaults, **flags)
     except MagnetarError as error:
         raise click.ClickException(str(error)) from None

@@ -33,7 +33,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESPACE = "public/functions"
+DEFAULT_NAMESPACE = "public/magnetar"
 """The system namespace the journals live in unless a worker is configured otherwise."""
 
 

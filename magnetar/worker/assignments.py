@@ -12,6 +12,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.worker.cluster_key import RecordSeal
 from magnetar.worker.model import Assignment, WorkerInfo
 from magnetar.worker.tailer import ReplicatedState
 
@@ -69,8 +70,9 @@ class AssignmentManager(ReplicatedState):
         client: pulsar.Client,
         topic: str,
         on_change: Callable[[AssignmentRecord], None] | None = None,
+        seal: RecordSeal | None = None,
     ) -> None:
-        super().__init__(client, topic, "assignments")
+        super().__init__(client, topic, "assignments", seal)
         self._on_change = on_change
         self._current: AssignmentRecord | None = None
         self._lock = threading.Lock()

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from magnetar.worker.exceptions import WorkerConfigError
 
-__all__ = ["WorkerConfig", "load_worker_config"]
+__all__ = ["SECRET_SETTINGS", "WorkerConfig", "load_worker_config", "take_secret_environment"]
 
 
 class WorkerConfig(BaseModel):
@@ -34,8 +34,11 @@ class WorkerConfig(BaseModel):
     """URL other workers use to reach this one; http://http_host:http_port by default."""
     data_dir: Path = Path(".magnetar/worker")
     """Package cache and instance work files."""
-    system_namespace: str = "public/functions"
-    """Namespace of the system topics."""
+    system_namespace: str = "public/magnetar"
+    """Namespace of the system topics: Magnetar's own, so that an Apache Pulsar functions
+    worker on the same cluster (whose topics are ``public/functions/metadata`` and so on)
+    and Magnetar never read each other's records. A cluster that ran with the former
+    default keeps its functions with ``system_namespace: public/functions``."""
     metadata_topic: str = "metadata"
     """Function metadata topic (the replicated state machine)."""
     coordination_topic: str = "coordinate"
@@ -95,6 +98,20 @@ class WorkerConfig(BaseModel):
     """Secret key of HS256 tokens: file:///path, data:;base64,<key>, a path or base64."""
     token_public_key: str | None = None
     """Public key of RS256/ES256 tokens (PEM or DER), given like ``token_secret_key``."""
+    cluster_key: str | None = None
+    """The key the workers of a cluster share, given like ``token_secret_key`` (at least 32
+    bytes: ``magnetar tokens create-secret-key``): it seals every record they write to the
+    system topics and every call between them (``magnetar.worker.cluster_key``), so that no
+    other client of the broker, and no tenant's token, passes for a worker. Required with
+    ``authentication_enabled``; without it and without authentication, records and calls
+    go unsealed (a warning says so). Every worker of the cluster needs the same key, and
+    the key must stay the same: records sealed with another are dropped."""
+    accept_unsealed_history: bool = False
+    """Upgrading a cluster that ran without a cluster key (or a version without seals):
+    accept the unsealed records at the start of each system topic, up to its first sealed
+    one (the first leader with the key writes one as it takes over). Turn it off once the
+    cluster has run with the key: while on, a forger who reaches an empty topic first
+    (a cluster's first start) gets its records accepted."""
     token_auth_claim: str = "sub"
     """The token claim that names the caller's role."""
     superuser_roles: tuple[str, ...] = ()
@@ -140,6 +157,12 @@ class WorkerConfig(BaseModel):
             raise ValueError(
                 "authentication_enabled needs exactly one of token_secret_key and token_public_key"
             )
+        if self.authentication_enabled and not self.cluster_key:
+            raise ValueError(
+                "authentication_enabled needs cluster_key, the key every worker of the cluster "
+                "shares (create one with `magnetar tokens create-secret-key --output "
+                "cluster.key` and give every worker cluster_key: file:///path/to/cluster.key)"
+            )
         return self
 
     def system_topic(self, name: str) -> str:
@@ -151,12 +174,27 @@ class WorkerConfig(BaseModel):
 
 
 _ENV_PREFIX = "MAGNETAR_"
+SECRET_SETTINGS = ("cluster_key", "token_secret_key")
+"""Settings that give a worker's powers to whoever reads them."""
 
 
-def load_worker_config(path: Path | None = None, **flags: Any) -> WorkerConfig:
-    """The config from ``path`` (YAML), then ``MAGNETAR_<FIELD>`` variables, then ``flags``
-    (None values are ignored)."""
-    data: dict[str, Any] = {}
+def take_secret_environment() -> dict[str, str]:
+    """Remove the secret settings (``SECRET_SETTINGS``) from this process's environment and
+    return them by field name: instances are child processes, and inherit the rest."""
+    taken = {}
+    for field in SECRET_SETTINGS:
+        value = os.environ.pop(_ENV_PREFIX + field.upper(), None)
+        if value is not None:
+            taken[field] = value
+    return taken
+
+
+def load_worker_config(
+    path: Path | None = None, defaults: dict[str, Any] | None = None, **flags: Any
+) -> WorkerConfig:
+    """The config from ``defaults``, then ``path`` (YAML), then ``MAGNETAR_<FIELD>``
+    variables, then ``flags`` (None values are ignored)."""
+    data: dict[str, Any] = dict(defaults or {})
     if path is not None:
         try:
             loaded = yaml.safe_load(Path(path).read_text()) or {}

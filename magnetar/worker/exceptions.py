@@ -11,6 +11,10 @@ class WorkerConfigError(WorkerError):
     """The worker's configuration is invalid; the message names the setting."""
 
 
+class ForeignSystemTopicError(WorkerConfigError):
+    """A system topic holds records that another kind of functions worker wrote."""
+
+
 class NotLeaderError(WorkerError):
     """This worker is not (or no longer) the leader; retry on the leader."""
 

@@ -17,6 +17,7 @@ import httpx
 from magnetar.instance.config import FunctionConfig
 from magnetar.worker.admission import Admission
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.exceptions import (
     FunctionExistsError,
     FunctionNotFoundError,
@@ -136,14 +137,18 @@ class FunctionManager:
         http: httpx.Client,
         namespace_check: NamespaceCheck | None = None,
         admission: Admission | None = None,
+        peer_seal: PeerSeal | None = None,
     ) -> None:
-        """``http``: the client that forwards changes to the leader."""
+        """``http`` and ``peer_seal``: the client that forwards changes to the leader, and
+        the seal that proves them a worker's."""
         self._metadata = metadata
         self._assignments = assignments
         self._leader = leader
         self._namespace_check = namespace_check
         self.admission = admission or Admission()
-        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s, http)
+        self._channel = LeaderChannel(
+            metadata, assignments, leader.worker_id, timeout_s, http, peer_seal
+        )
 
     def submit(
         self, change: FunctionChange, authorization: str | None = None

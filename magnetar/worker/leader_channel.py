@@ -8,6 +8,7 @@ the status and reason it gave, so a forwarded request answers exactly as a local
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.exceptions import (
     AuthenticationError,
     LeaderUnavailableError,
@@ -43,9 +45,13 @@ class LeaderChannel:
         worker_id: str,
         timeout_s: float,
         http: httpx.Client,
+        peer_seal: PeerSeal | None = None,
     ) -> None:
-        """``http``: the worker's client for other workers (its connections are reused)."""
+        """``http``: the worker's client for other workers (its connections are reused);
+        ``peer_seal`` proves to the leader that a forwarded change comes from a worker (None:
+        the cluster has no key)."""
         self._http = http
+        self._peer_seal = peer_seal or PeerSeal(None, worker_id)
         self._metadata = metadata
         self._assignments = assignments
         self._worker_id = worker_id
@@ -60,8 +66,9 @@ class LeaderChannel:
         authorization: str | None,
     ) -> None:
         """Run ``write_here`` if this worker leads, else post ``body`` to the leader's
-        ``path`` (with the caller's Authorization header, so the leader checks the same
-        credentials) and wait until ``version_key`` reaches the version the leader wrote."""
+        ``path`` (sealed as this worker's call, and with the caller's Authorization header,
+        so the leader checks the same credentials) and wait until ``version_key`` reaches
+        the version the leader wrote."""
         deadline = time.monotonic() + self._timeout
         while True:
             try:
@@ -88,9 +95,15 @@ class LeaderChannel:
         if current is None or current.leader.worker_id == "":
             raise LeaderUnavailableError("no leader is known yet; retry in a moment")
         url = current.leader.admin_url.rstrip("/") + path
+        content = json.dumps(body).encode()
+        headers = {
+            "Content-Type": "application/json",
+            **self._peer_seal.headers("POST", path, content),
+        }
+        if authorization:
+            headers["Authorization"] = authorization
         try:
-            headers = {"Authorization": authorization} if authorization else {}
-            response = self._http.post(url, json=body, headers=headers, timeout=self._timeout)
+            response = self._http.post(url, content=content, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as error:
             raise LeaderUnavailableError(
                 f"the leader {current.leader.worker_id} at {current.leader.admin_url} cannot "

@@ -45,6 +45,7 @@ import httpx
 import pulsar
 
 from magnetar.client import newest_first, subscribe
+from magnetar.worker.cluster_key import RecordSeal
 from magnetar.worker.model import WorkerInfo, WorkerReport
 
 __all__ = ["Membership"]
@@ -52,6 +53,8 @@ __all__ = ["Membership"]
 log = logging.getLogger(__name__)
 
 _SUBSCRIPTION = "participants"
+_HEARTBEAT = "heartbeat"
+"""The kind a heartbeat's seal names (a record of another topic does not pass for one)."""
 
 
 class Membership:
@@ -69,7 +72,9 @@ class Membership:
         known_leader: Callable[[], WorkerInfo | None] = lambda: None,
         known_workers: Callable[[], list[WorkerInfo]] = list,
         report: Callable[[], WorkerReport] = lambda: WorkerReport(None),
+        seal: RecordSeal | None = None,
     ) -> None:
+        """``seal``: the cluster's, for heartbeats; None sends and accepts unsealed ones."""
         self._client = client
         self._topic = topic
         self.me = me
@@ -88,6 +93,7 @@ class Membership:
         self._on_leadership = on_leadership
         self._on_members_changed = on_members_changed
         self._report = report
+        self._seal = seal or RecordSeal(None)
         self._members: dict[str, _Member] = {}
         self._lock = threading.Lock()
         self._last_fresh = 0.0
@@ -175,7 +181,8 @@ class Membership:
                         "starting": sorted(report.starting),
                     }
                 ).encode()
-                self._producer.send_async(body, _ignore)
+                sealed = self._seal.seal(_HEARTBEAT, body, {})
+                self._producer.send_async(body, _ignore, properties=sealed)
             except Exception as error:
                 log.warning("sending a heartbeat failed: %s", error)
             self._stop.wait(self._interval)
@@ -204,6 +211,8 @@ class Membership:
                 self._watch_leader()
 
     def _record(self, message: Any) -> None:
+        if not self._seal.accepts(_HEARTBEAT, self._topic, message):
+            return  # a forged heartbeat proves nothing, not even that the leader is heard
         try:
             beat = json.loads(message.data())
             info = WorkerInfo(beat["workerId"], beat["adminUrl"])

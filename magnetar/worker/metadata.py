@@ -26,6 +26,7 @@ from typing import Any
 import pulsar
 
 from magnetar.instance.config import FunctionConfig
+from magnetar.worker.cluster_key import RecordSeal
 from magnetar.worker.exceptions import NotLeaderError
 from magnetar.worker.tailer import ReplicatedState
 
@@ -118,8 +119,9 @@ class MetadataManager(ReplicatedState):
         topic: str,
         on_change: Callable[[], None] | None = None,
         entries: dict[str, dict[str, Entry]] | None = None,
+        seal: RecordSeal | None = None,
     ) -> None:
-        super().__init__(client, topic, "metadata")
+        super().__init__(client, topic, "metadata", seal)
         self._on_change = on_change
         self._state = _State(
             entries={kind: dict(values) for kind, values in (entries or {}).items()}

@@ -19,6 +19,7 @@ from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth, RoleAuthorizer, TokenAuthenticator, read_key
 from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime, broker_policies
 from magnetar.worker.broker_tenancy import BrokerTenancy
+from magnetar.worker.cluster_key import ClusterKey, PeerSeal, RecordSeal
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
@@ -31,6 +32,7 @@ from magnetar.worker.rest import RestServices, create_app
 from magnetar.worker.runtime import StateLayout, make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
+from magnetar.worker.system_topics import check_system_topics
 from magnetar.worker.tenancy import Tenancy, TenancyManager, default_entries
 from magnetar.worker.trigger import FunctionTrigger
 
@@ -54,12 +56,26 @@ class WorkerService:
         config = self.config
         me = WorkerInfo(config.worker_id, config.admin_url)
         admission = Admission(AdmissionLimits.of(config))
+        cluster_key = _cluster_key(config)
+        record_seal = RecordSeal(cluster_key, config.accept_unsealed_history)
+        peer_seal = PeerSeal(cluster_key, config.worker_id)
         # With a broker admin API: the system namespace and its policies, before anything reads
         # it; the broker's tenants and namespaces are then the ones functions live in.
         self._policies = broker_policies(config)
         if self._policies is not None:
             self._policies.prepare_system_namespace(config)
         client = self._client = create_client(config.broker_url, log_to_python=True)
+        try:
+            check_system_topics(
+                client,
+                config.system_topic(config.metadata_topic),
+                config.system_topic(config.assignments_topic),
+            )
+        except Exception:  # a worker that cannot start leaves nothing open
+            client.close()
+            if self._policies is not None:
+                self._policies.close()
+            raise
         # Instances on threads get a client of their own: a client logging to Python costs
         # every message a trip into the interpreter (see magnetar.client).
         self._data_client = create_client(config.broker_url) if config.runtime == "thread" else None
@@ -72,11 +88,13 @@ class WorkerService:
             config.system_topic(config.metadata_topic),
             on_change=self._on_metadata_change,
             entries=default_entries(config.system_namespace, config.pulsar_functions_cluster),
+            seal=record_seal,
         )
         self.assignments = AssignmentManager(
             client,
             config.system_topic(config.assignments_topic),
             on_change=lambda record: self.reconciler.notify(),
+            seal=record_seal,
         )
         self.membership = Membership(
             client,
@@ -89,6 +107,7 @@ class WorkerService:
             known_leader=self._known_leader,
             known_workers=self._known_workers,
             report=self._report,
+            seal=RecordSeal(cluster_key),  # heartbeats have no history to accept
         )
         self.leader = LeaderService(
             me,
@@ -142,6 +161,7 @@ class WorkerService:
                 config.system_namespace,
                 config.request_timeout_s,
                 http,
+                peer_seal,
             )
         self.functions = FunctionManager(
             self.metadata,
@@ -152,6 +172,7 @@ class WorkerService:
             # checked on the leader as it writes, unless the broker keeps the namespaces
             namespace_check=None if self._policies is not None else tenancy.check_namespace,
             admission=admission,
+            peer_seal=peer_seal,
         )
         services = RestServices(
             config=config,
@@ -166,6 +187,7 @@ class WorkerService:
             tenancy=tenancy,
             http=http,
             auth=_admin_auth(config, tenancy),
+            peer_seal=peer_seal,
             state=self.state,
         )
         self.metadata.start()
@@ -275,6 +297,18 @@ class WorkerService:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
+
+
+def _cluster_key(config: WorkerConfig) -> ClusterKey | None:
+    """The key the workers share (required with authentication, see ``WorkerConfig``)."""
+    if config.cluster_key:
+        return ClusterKey.from_setting(config.cluster_key)
+    log.warning(
+        "no cluster_key: the records on the system topics and the calls between workers are "
+        "not sealed, so any client of the broker can change this cluster's functions; give "
+        "every worker the same cluster_key (magnetar tokens create-secret-key)"
+    )
+    return None
 
 
 def _admin_auth(config: WorkerConfig, tenancy: Tenancy) -> AdminAuth | None:

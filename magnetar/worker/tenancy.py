@@ -23,6 +23,7 @@ import httpx
 
 from magnetar.worker.admission import is_named_entity
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.exceptions import (
     AlreadyExistsError,
     NamespaceNotFoundError,
@@ -168,13 +169,16 @@ class TenancyManager:
         system_namespace: str,
         timeout_s: float,
         http: httpx.Client,
+        peer_seal: PeerSeal | None = None,
     ) -> None:
         self._metadata = metadata
         self._leader = leader
         self._cluster = cluster
         self._system_namespace = system_namespace
         self._timeout = timeout_s
-        self._channel = LeaderChannel(metadata, assignments, leader.worker_id, timeout_s, http)
+        self._channel = LeaderChannel(
+            metadata, assignments, leader.worker_id, timeout_s, http, peer_seal
+        )
 
     # --- reads ----------------------------------------------------------------------------
     # A read first catches up with the metadata topic, so it sees what any worker changed

@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pulsar
 import pytest
 from click.testing import CliRunner
 
 from magnetar.broker import find_free_port
 from magnetar.cli import main
+from magnetar.worker.cluster_key import ClusterKey, PeerSeal
+from magnetar.worker.functions import FORWARD_PATH
 from tests.cluster.conftest import Cluster, Worker, wait_until, worker_env
 from tests.cluster.test_standalone import free_ports, ready
 from tests.conftest import EXAMPLES, MAGNETAR, Broker
@@ -29,6 +33,7 @@ class Secured:
     leader: Worker
     follower: Worker
     tokens: dict[str, str]
+    cluster_key: Path
 
     def call(
         self,
@@ -63,6 +68,8 @@ def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) ->
         role: _cli("tokens", "create", "--secret-key", key.as_uri(), "--subject", role)
         for role in ("admin", "acme-admin", "beta-admin", "beta-ops", "gamma-admin", "stranger")
     }
+    cluster_key = root / "cluster.key"
+    _cli("tokens", "create-secret-key", "--output", str(cluster_key))
     tokens["expired"] = _cli(
         "tokens", "create", "--secret-key", str(key), "--subject", "admin", "--expiry-time", "0s"
     )
@@ -73,6 +80,7 @@ def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) ->
             **worker_env(cluster_broker),
             "MAGNETAR_AUTHENTICATION_ENABLED": "true",
             "MAGNETAR_TOKEN_SECRET_KEY": key.as_uri(),
+            "MAGNETAR_CLUSTER_KEY": cluster_key.as_uri(),
             "MAGNETAR_SUPERUSER_ROLES": "admin",
             "MAGNETAR_TENANT_ADMIN_ROLES": json.dumps({"beta": ["beta-ops"]}),
         },
@@ -86,7 +94,7 @@ def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) ->
             timeout=10,
         ).json()["workerId"]
         leader, follower = (first, second) if leader_id == "a0" else (second, first)
-        made = Secured(cluster, leader, follower, tokens)
+        made = Secured(cluster, leader, follower, tokens, cluster_key)
         for tenant in ("acme", "beta"):
             info = {"adminRoles": [f"{tenant}-admin"], "allowedClusters": ["standalone"]}
             made_tenant = made.call("PUT", f"/admin/v2/tenants/{tenant}", "admin", json=info)
@@ -229,6 +237,86 @@ def test_tenants_need_a_superuser_and_namespaces_an_admin_of_their_tenant(
     assert secured.call("DELETE", "/admin/v2/namespaces/acme/dev", "acme-admin").status_code == 204
 
 
+def test_internal_paths_refuse_every_token_and_take_the_workers_own_calls(
+    secured: Secured,
+) -> None:
+    created = _create(secured, "acme/prod/target", "acme-admin")
+    assert created.status_code == 204, created.text
+    change = json.dumps({"op": "delete", "fqfn": "acme/prod/target"}).encode()
+    json_body = {"Content-Type": "application/json"}
+    for role in ("acme-admin", "admin"):
+        refused = secured.call("POST", FORWARD_PATH, role, secured.leader, content=change)
+        assert refused.status_code == 401, role
+        assert refused.json() == {
+            "reason": f"{FORWARD_PATH} is for the cluster's workers only: a token cannot call it"
+        }
+    assert secured.call("GET", "/admin/v3/functions/acme/prod/target", "admin").status_code == 200
+
+    # a worker's call (what a follower sends the leader) with the caller's token along
+    seal = PeerSeal(ClusterKey.from_setting(secured.cluster_key.as_uri()), "a1")
+    sealed = json_body | seal.headers("POST", FORWARD_PATH, change)
+    stranger = secured.call(
+        "POST", FORWARD_PATH, "stranger", secured.leader, content=change, headers=sealed
+    )
+    assert (stranger.status_code, stranger.json()) == (401, NOT_AUTHORIZED)
+    accepted = secured.call(
+        "POST", FORWARD_PATH, "acme-admin", secured.leader, content=change, headers=sealed
+    )
+    assert accepted.status_code == 200, accepted.text
+    gone = secured.call("GET", "/admin/v3/functions/acme/prod/target", "admin", secured.leader)
+    assert gone.status_code == 404
+
+
+SNOOP = """
+import os
+
+
+def process(input, context):
+    names = ("MAGNETAR_CLUSTER_KEY", "MAGNETAR_TOKEN_SECRET_KEY")
+    return ",".join(f"{name}={os.environ.get(name, '')}" for name in names)
+"""
+
+
+def test_an_instance_does_not_inherit_the_workers_secret_settings(
+    secured: Secured, cluster_client: pulsar.Client, tmp_path: Path
+) -> None:
+    code = tmp_path / "snoop.py"
+    code.write_text(SNOOP)
+    suffix = uuid.uuid4().hex[:6]
+    config = {
+        "inputs": [f"persistent://acme/prod/snoop-in-{suffix}"],
+        "output": f"persistent://acme/prod/snoop-out-{suffix}",
+    }
+    created = secured.call(
+        "POST",
+        "/admin/v3/functions/acme/prod/snoop",
+        "acme-admin",
+        data={"functionConfig": json.dumps(config)},
+        files={"data": ("snoop.py", code.read_bytes())},
+    )
+    assert created.status_code == 204, created.text
+    consumer = cluster_client.subscribe(
+        f"persistent://acme/prod/snoop-out-{suffix}",
+        "t",
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    producer = cluster_client.create_producer(f"persistent://acme/prod/snoop-in-{suffix}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until the instance runs
+            producer.send(b"x")
+            try:
+                seen = consumer.receive(1000).data().decode()
+                break
+            except pulsar.Timeout:
+                assert time.monotonic() < deadline, "the function gave no output"
+    finally:
+        producer.close()
+        consumer.close()
+        secured.call("DELETE", "/admin/v3/functions/acme/prod/snoop", "acme-admin")
+    assert seen == "MAGNETAR_CLUSTER_KEY=,MAGNETAR_TOKEN_SECRET_KEY="
+
+
 def test_the_cli_sends_its_token(secured: Secured, tmp_path: Path) -> None:
     base = ["--admin-url", secured.follower.url]
     refused = CliRunner().invoke(main, [*base, "functions", "list", "--tenant", "acme"])
@@ -294,6 +382,8 @@ def test_standalone_turns_authentication_on_from_its_config_file(tmp_path: Path)
             timeout=10,
         )
         assert allowed.status_code == 200 and allowed.json()[0]["workerId"] == "worker-1"
+        # the workers' key, made once for them, readable by their user only
+        assert (tmp_path / "data" / "cluster.key").stat().st_mode & 0o777 == 0o600
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(90)
@@ -383,10 +473,10 @@ def test_not_even_a_superuser_names_a_topic_of_the_system_namespace(secured: Sec
 
 
 def test_the_leaders_internal_path_validates_a_forwarded_change(secured: Secured) -> None:
-    """Any tenant admin's token reaches the path a worker forwards changes on: the leader
-    checks the change as if it had come to it directly."""
+    """Even a change a worker seals (what a follower forwards with its caller's token) is
+    checked by the leader as if it had come to it directly."""
     system = f"public/{secured.cluster.namespace}"
-    path = "/admin/v2/worker/internal/function-changes"
+    seal = PeerSeal(ClusterKey.from_setting(secured.cluster_key.as_uri()), "a1")
 
     def forward(fqfn: str, **config: object) -> httpx.Response:
         tenant, namespace, name = fqfn.split("/")
@@ -397,7 +487,11 @@ def test_the_leaders_internal_path_validates_a_forwarded_change(secured: Secured
             | config,
             "package": None,
         }
-        return secured.call("POST", path, "acme-admin", secured.leader, json=body)
+        content = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} | seal.headers("POST", FORWARD_PATH, content)
+        return secured.call(
+            "POST", FORWARD_PATH, "acme-admin", secured.leader, content=content, headers=headers
+        )
 
     spy = forward("acme/prod/spy", inputs=[f"persistent://{system}/assignments"])
     assert spy.status_code == 400 and "system namespace" in spy.json()["reason"]

@@ -40,7 +40,7 @@ def test_compose_up_gives_a_working_cluster(monkeypatch: pytest.MonkeyPatch) -> 
             "the three workers in one cluster",
         )
         retention = httpx.get(
-            "http://localhost:8090/admin/v2/namespaces/public/functions/retention", timeout=10
+            "http://localhost:8090/admin/v2/namespaces/public/magnetar/retention", timeout=10
         )
         assert retention.json() == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
 

@@ -95,6 +95,9 @@ def test_worker_config_reads_auth_settings_from_the_environment(
     monkeypatch.setenv("MAGNETAR_TOKEN_SECRET_KEY", "data:;base64,AAAA")
     monkeypatch.setenv("MAGNETAR_SUPERUSER_ROLES", "root, ops")
     monkeypatch.setenv("MAGNETAR_TENANT_ADMIN_ROLES", '{"acme": ["acme-ops"]}')
+    with pytest.raises(WorkerConfigError, match="authentication_enabled needs cluster_key"):
+        load_worker_config()
+    monkeypatch.setenv("MAGNETAR_CLUSTER_KEY", "data:;base64," + "A" * 44)
     config = load_worker_config()
     assert config.superuser_roles == ("root", "ops")
     assert config.tenant_admin_roles == {"acme": ("acme-ops",)}

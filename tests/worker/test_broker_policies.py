@@ -38,7 +38,7 @@ from magnetar.worker.exceptions import WorkerConfigError
 from magnetar.worker.runtime import InstanceSpec, RuntimeHandle
 
 ADMIN_URL = "http://pulsar.test:8080"
-SYSTEM = "persistent://public/functions"
+SYSTEM = "persistent://public/magnetar"
 
 
 @dataclass
@@ -146,9 +146,9 @@ def test_the_system_namespace_gets_retention_and_its_topics_compaction(
 ) -> None:
     assert policies.prepare_system_namespace(WorkerConfig()) is True
 
-    assert "public/functions" in fake.namespaces
+    assert "public/magnetar" in fake.namespaces
     forever = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
-    assert fake.policies[("public/functions", "retention")] == forever
+    assert fake.policies[("public/magnetar", "retention")] == forever
     none = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
     assert fake.policies[(f"{SYSTEM}/coordinate", "retention")] == none
     for name in ("metadata", "assignments", "packages"):
@@ -170,7 +170,7 @@ def test_a_second_worker_finds_everything_there_and_succeeds(
 
     assert (set(fake.namespaces), dict(fake.topics)) == created
     # the second round's creations were all answered 409 and taken as done
-    assert fake.requests("PUT").count("/admin/v2/namespaces/public/functions") == 2
+    assert fake.requests("PUT").count("/admin/v2/namespaces/public/magnetar") == 2
 
 
 def test_a_missing_tenant_is_created_on_every_cluster(
@@ -191,14 +191,14 @@ def test_a_missing_tenant_is_created_on_every_cluster(
 def test_a_refused_step_is_logged_and_the_others_are_still_applied(
     policies: BrokerPolicies, fake: FakePulsarAdmin, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake.refuse["/namespaces/public/functions/retention"] = (403, "Don't have permission")
+    fake.refuse["/namespaces/public/magnetar/retention"] = (403, "Don't have permission")
 
     with caplog.at_level(logging.ERROR):
         assert policies.prepare_system_namespace(WorkerConfig()) is False
 
     assert (
-        "cannot set the retention of namespace public/functions: POST "
-        f"{ADMIN_URL}/admin/v2/namespaces/public/functions/retention answered HTTP 403: "
+        "cannot set the retention of namespace public/magnetar: POST "
+        f"{ADMIN_URL}/admin/v2/namespaces/public/magnetar/retention answered HTTP 403: "
         "Don't have permission; the worker goes on without it"
     ) in caplog.text
     assert (f"{SYSTEM}/packages", "compactionThreshold") in fake.policies

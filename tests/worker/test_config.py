@@ -26,7 +26,7 @@ def test_file_then_environment_then_flags(tmp_path: Path, monkeypatch: pytest.Mo
     assert config.scheduler == "round-robin"
     assert config.heartbeat_interval_s == 0.25
     assert config.admin_url == "http://127.0.0.1:9100"
-    assert config.system_topic("metadata") == "persistent://public/functions/metadata"
+    assert config.system_topic("metadata") == "persistent://public/magnetar/metadata"
 
 
 def test_bad_values_name_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

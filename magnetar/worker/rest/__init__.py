@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI
 
 from magnetar import __version__
-from magnetar.worker.rest.auth import authorize_request
+from magnetar.worker.rest.auth import authenticate_worker, authorize_request
 from magnetar.worker.rest.cluster import cluster_router
 from magnetar.worker.rest.download import download_router
 from magnetar.worker.rest.errors import install_error_handlers
@@ -29,7 +29,7 @@ def create_app(services: RestServices) -> FastAPI:
     app = FastAPI(
         title="Magnetar worker",
         version=__version__,
-        dependencies=[Depends(authorize_request)],
+        dependencies=[Depends(authorize_request), Depends(authenticate_worker)],
     )
     app.state.services = services
     install_error_handlers(app)

@@ -5,8 +5,10 @@ One dependency on the whole app: routes under ``/admin/v3/functions/{tenant}/...
 other admin path (tenants among them) a superuser. A role that may not answers 401 with
 Apache Pulsar's reason for that path (its functions worker and broker say 401, not 403). Readiness,
 ``/version`` and ``/metrics`` stay open (health checks and scrapers carry no token, as with
-Pulsar's defaults). The path a worker forwards a function change on checks the tenant of the
-change itself, with the caller's token that came along.
+Pulsar's defaults). The internal paths a worker forwards changes on take calls from the
+cluster's workers only (sealed with the cluster key, ``magnetar.worker.cluster_key``): a
+token, a tenant admin's or a superuser's, is not enough; the caller's token that came along
+is checked for the tenant of the change all the same.
 
 The topics a function names are checked at register and update (``authorize_topics``) by
 the one rule of ``magnetar.topic_policy``: 401 with Pulsar's reason for another tenant's
@@ -19,14 +21,24 @@ from fastapi import Request
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.topic_policy import check_topics
+from magnetar.worker.cluster_key import PEER_HEADER
 from magnetar.worker.exceptions import AuthorizationError
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
-__all__ = ["authorize_request", "authorize_topics", "caller_role", "not_authorized"]
+__all__ = [
+    "INTERNAL_PATHS",
+    "authenticate_worker",
+    "authorize_request",
+    "authorize_topics",
+    "caller_role",
+    "not_authorized",
+]
 
 _OPEN_PATHS = frozenset({"/version", "/metrics", "/admin/v2/worker/cluster/leader/ready"})
 _TENANT_PATHS = ("/admin/v3/functions/", "/admin/v2/namespaces/")
+INTERNAL_PATHS = "/admin/v2/worker/internal/"
+"""Where workers call each other (forwarded changes); no client may."""
 
 
 def authorize_request(request: Request) -> None:
@@ -41,10 +53,21 @@ def authorize_request(request: Request) -> None:
     try:
         if path.startswith(_TENANT_PATHS) and tenant is not None:
             auth.authorizer.require_tenant(role, tenant)
-        elif not path.startswith("/admin/v2/worker/internal/"):
+        elif not path.startswith(INTERNAL_PATHS):
             auth.authorizer.require_superuser(role)
     except AuthorizationError:
         raise not_authorized(path, request.method) from None
+
+
+async def authenticate_worker(request: Request) -> None:
+    """FastAPI dependency: 401 on an internal path unless the call is sealed by a worker of
+    this cluster (any path, when the cluster has no key)."""
+    seal = services(request).peer_seal
+    path = request.url.path
+    if seal is None or not path.startswith(INTERNAL_PATHS):
+        return
+    body = await request.body()
+    seal.verify(request.method, path, body, request.headers.get(PEER_HEADER))
 
 
 def not_authorized(path: str, method: str) -> ApiError:

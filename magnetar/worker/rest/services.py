@@ -11,6 +11,7 @@ from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.statestore import StateQueryService
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth
+from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
@@ -60,6 +61,9 @@ class RestServices:
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
     """Function state queries and puts; None on a worker that serves no state."""
+    peer_seal: PeerSeal | None = None
+    """Checks that a call on an internal path comes from a worker; None: unchecked (the
+    cluster has no key)."""
 
     @property
     def replicated_tenancy(self) -> TenancyManager | None:
