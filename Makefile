@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The broker's classpath, resolved once by Maven (jars cached in ~/.m2); also the stamp.
 PULSAR_CLASSPATH := apache-pulsar/classpath.txt
 
-.PHONY: install apache-pulsar demo test test-docker lint bench clean
+.PHONY: install apache-pulsar demo test test-docker lint docs bench clean
 
 install: $(STAMP) $(PULSAR_CLASSPATH)
 
@@ -47,6 +47,10 @@ lint: install
 	$(BIN)/ruff format --check magnetar tests bench scripts
 	$(BIN)/mypy
 
+# The documentation site, into site/; strict, so a broken link fails (tests/test_docs.py too).
+docs: install
+	$(BIN)/mkdocs build --strict
+
 # Every benchmark; each writes JSON under bench/results and prints its comparison.
 BENCHES := instance_throughput cluster_latency metadata_replay scheduler_scale state_throughput \
 	state_materialize state_query js_throughput spark_read_throughput balanced_failover \
@@ -56,5 +60,5 @@ bench: install
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit 1; done
 
 clean:
-	rm -rf $(VENV) build bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+	rm -rf $(VENV) build site bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
 		$(PULSAR_CLASSPATH)
