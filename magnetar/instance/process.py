@@ -19,7 +19,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -59,6 +59,11 @@ class InstanceProcessSpec:
     """The secrets provider (Apache's default when None)."""
     secrets_provider_config: Any = None
     """What the secrets provider's ``init`` is given."""
+    in_flight_path: str | None = None
+    """Where the message in user code is recorded, for the worker to read (see
+    ``magnetar.instance.in_flight``)."""
+    earlier_crashes: dict[str, int] = field(default_factory=dict)
+    """Messages earlier processes of this instance died on, and how often."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,8 @@ def run_instance_process(
             function_version=spec.function_version,
             secrets_provider_classname=spec.secrets_provider_classname,
             secrets_provider_config=spec.secrets_provider_config,
+            in_flight_path=spec.in_flight_path,
+            earlier_crashes=spec.earlier_crashes,
             # asked of the broker only where it matters (a connection's round trip)
             broker_may_deduplicate=(
                 may_deduplicate(spec.broker_url)

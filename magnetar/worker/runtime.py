@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -41,6 +45,7 @@ import pulsar
 
 from magnetar.client import create_client
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+from magnetar.instance.in_flight import InFlight, read_in_flight
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
@@ -79,6 +84,9 @@ class InstanceSpec:
     worker's disk."""
     version: int
     """Version of the function record the spec comes from."""
+    earlier_crashes: Mapping[str, int] = field(default_factory=dict, compare=False)
+    """Messages earlier runs of this instance died on (``message_key`` -> deaths): the run
+    fails them on receipt (retry, then dead letter). Not part of what the instance is."""
 
     @property
     def key(self) -> str:
@@ -116,6 +124,11 @@ class RuntimeHandle(Protocol):
 
     def exit_error(self) -> str:
         """Why the instance exited; '' while it runs or after a clean stop."""
+        ...
+
+    def in_flight(self) -> InFlight | None:
+        """The message the instance has in user code (after an exit: had, when it died);
+        None when none is, or the runtime cannot tell."""
         ...
 
 
@@ -241,9 +254,12 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
 class _ProcessHandle:
     """An instance process and the worker's end of its pipe."""
 
-    def __init__(self, process: BaseProcess, reports: Connection) -> None:
+    def __init__(self, process: BaseProcess, reports: Connection, in_flight_path: str) -> None:
         self._process = process
         self._reports: Connection | None = reports
+        self._in_flight_path = in_flight_path
+        self._last_in_flight: InFlight | None = None
+        self._in_flight_read = False
         self._lock = threading.Lock()
         self._snapshot: MetricsSnapshot | None = None
         self._exit: InstanceExit | None = None
@@ -302,6 +318,17 @@ class _ProcessHandle:
         if code < 0:
             return f"the instance process was killed by {signal.Signals(-code).name}"
         return f"the instance process exited with code {code}"
+
+    def in_flight(self) -> InFlight | None:
+        if self._in_flight_read:
+            return self._last_in_flight
+        alive = self.is_alive()
+        in_flight = read_in_flight(self._in_flight_path)
+        if not alive:  # what it held when it died: read once, the file is not needed again
+            self._last_in_flight, self._in_flight_read = in_flight, True
+            with contextlib.suppress(OSError):
+                os.unlink(self._in_flight_path)
+        return in_flight
 
     def _read_reports(self) -> None:
         with self._lock:
@@ -364,6 +391,10 @@ class ProcessRuntime:
         self._closed = False
         self._refill = threading.Event()
         self._refiller: threading.Thread | None = None
+        # in memory where there is a tmpfs: the record is written for every message
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._in_flight_dir = tempfile.mkdtemp(prefix="magnetar-in-flight-", dir=shm)
+        self._in_flight_files = itertools.count()
 
     def prepare(self) -> None:
         """Start the fork server, and a thread that keeps ``warm`` processes started (one
@@ -392,6 +423,7 @@ class ProcessRuntime:
             if entry.process.is_alive():
                 entry.process.kill()
                 entry.process.join(1)
+        shutil.rmtree(self._in_flight_dir, ignore_errors=True)
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         process_spec = InstanceProcessSpec(
@@ -402,6 +434,8 @@ class ProcessRuntime:
             worker_id=self.worker_id,
             function_version=str(spec.version),
             state=self.state.options(spec) if self.state is not None else None,
+            in_flight_path=os.path.join(self._in_flight_dir, str(next(self._in_flight_files))),
+            earlier_crashes=dict(spec.earlier_crashes),
         )
         handle = self._hand_over(process_spec, spec.key)
         self._refill.set()
@@ -428,7 +462,8 @@ class ProcessRuntime:
                 entry.pipe.close()
                 entry.process.join(1)
         entry.process.name = f"magnetar-instance {key}"
-        return _ProcessHandle(entry.process, entry.pipe)
+        assert process_spec.in_flight_path is not None
+        return _ProcessHandle(entry.process, entry.pipe, process_spec.in_flight_path)
 
     def _keep_warm(self) -> None:
         while True:
@@ -515,6 +550,10 @@ class _ThreadHandle:
     def exit_error(self) -> str:
         error = self._instance.error
         return "" if error is None else f"{type(error).__name__}: {error}"
+
+    def in_flight(self) -> InFlight | None:
+        """Not recorded: a thread does not die alone."""
+        return None
 
 
 class ThreadRuntime:

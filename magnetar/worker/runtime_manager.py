@@ -32,6 +32,8 @@ _LATEST_EXCEPTIONS = 10
 _RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
+_REMEMBERED_CRASHES = 100
+"""Messages an instance died on, remembered at most."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class _Instance:
     crashes: deque[ExceptionInfo] = field(default_factory=lambda: deque(maxlen=_LATEST_EXCEPTIONS))
     last_snapshot: MetricsSnapshot | None = None
     """The last report of the run that crashed, shown until the next run reports."""
+    earlier_crashes: dict[str, int] = field(default_factory=dict)
+    """Messages runs died on (``message_key`` -> deaths), for the next run to fail them."""
 
 
 @dataclass(eq=False)
@@ -194,6 +198,7 @@ class RuntimeManager:
                 num_restarts=slot.num_restarts + 1,
                 num_crashes=slot.num_crashes,
                 crashes=slot.crashes,
+                earlier_crashes=slot.earlier_crashes,
             )
         self._wake.set()
         return True
@@ -335,10 +340,22 @@ class RuntimeManager:
                     if slot.failures and now - slot.started_at >= backoff.reset_after_s:
                         log.info("instance %s has run fine since its restart", key)
                         slot.failures = 0
+                        # what it died on was dead-lettered or went through since
+                        slot.earlier_crashes.clear()
                     continue
                 slot.last_snapshot = handle.snapshot()
                 slot.handle = None
                 error = handle.exit_error() or "the instance exited without being asked to"
+                in_flight = handle.in_flight()
+                if in_flight is not None:
+                    crashes = slot.earlier_crashes.get(in_flight.key, 0) + 1
+                    if len(slot.earlier_crashes) >= _REMEMBERED_CRASHES:
+                        slot.earlier_crashes.pop(next(iter(slot.earlier_crashes)))
+                    slot.earlier_crashes[in_flight.key] = crashes
+                    error += (
+                        f" while the function processed {in_flight.description}"
+                        f" (death {crashes} on that message)"
+                    )
                 self._crashed(slot, error, now, _where(handle))
 
     def _crashed(self, slot: _Instance, error: str, now: float, where: str = "") -> None:
@@ -376,7 +393,9 @@ class RuntimeManager:
         handle: RuntimeHandle | None = None
         start_error = ""
         try:
-            handle = self.runtime.start(slot.spec)
+            handle = self.runtime.start(
+                replace(slot.spec, earlier_crashes=dict(slot.earlier_crashes))
+            )
         except Exception as error:
             log.exception("starting instance %s failed", key)
             start_error = f"cannot start the instance: {type(error).__name__}: {error}"

@@ -1,0 +1,92 @@
+"""What user code can do to its instance process, and what the worker makes of it: a message
+that kills the process is that message's failure (retried, then dead-lettered)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulsar
+
+from magnetar.worker.runtime_manager import BackoffPolicy
+from tests.integration.conftest import collect, produce, wait_for
+from tests.worker.conftest import StartManager, function_config, instance_specs, receive_until
+
+FAST_RESTARTS = BackoffPolicy(initial_s=0.2, max_s=1.0)
+
+KILLER = """
+import os
+
+def process(input):
+    if input == "poison":
+        os._exit(1)
+    return input + "!"
+"""
+
+
+def write_function(tmp_path: Path, source: str, name: str = "user_fn") -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return str(path)
+
+
+def test_a_message_that_kills_its_process_goes_to_the_dead_letter_topic(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    dead_letters = f"{topic}-dlq"
+    config = function_config(
+        py=write_function(tmp_path, KILLER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        dead_letter_topic=dead_letters,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+    produce(client, topic, ["a", "b", "poison", "c", "d"])
+
+    # it died twice on the message (the first attempt and its one retry), then went on
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    (dead,) = collect(client, dead_letters, 1)
+    assert dead.data() == b"poison"
+    assert dead.properties()["REAL_TOPIC"] == f"persistent://public/default/{topic}"
+    # at-least-once: an output may come twice (its input was not yet acknowledged at a death)
+    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!", "d!"})
+    assert set(outputs) == {"a!", "b!", "c!", "d!"}
+    status = manager.status(key)
+    assert status is not None
+    assert status.num_restarts == 2
+    crashes = [e.exception_string for e in status.latest_system_exceptions]
+    assert len(crashes) == 2, crashes
+    origin = dead.properties()["ORIGIN_MESSAGE_ID"]
+    assert crashes[-1] == (
+        "the instance process exited with code 1 while the function processed message "
+        f"{origin} from persistent://public/default/{topic} (death 2 on that message)"
+    )
+    produce(client, topic, ["e"])
+    # (pulsar-lite may hand "e" to a consumer of a dead process until its healer restarts it)
+    assert "e!" in receive_until(client, f"{topic}-out", {"e!"}, timeout=30)
+
+
+def test_ordered_inputs_wait_behind_a_message_that_kills_its_process(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    config = function_config(
+        py=write_function(tmp_path, KILLER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        retain_ordering=True,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+    produce(client, topic, ["a", "poison", "b", "c"])
+
+    # no dead-letter topic: the clients' default one
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    subscription = config.fqfn.replace("/", "-")
+    (dead,) = collect(client, f"persistent://public/default/{topic}-{subscription}-DLQ", 1)
+    assert dead.data() == b"poison"
+    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!"})
+    assert list(dict.fromkeys(outputs)) == ["a!", "b!", "c!"]  # in order, "a!" maybe twice
