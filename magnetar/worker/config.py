@@ -69,6 +69,15 @@ class WorkerConfig(BaseModel):
     """First delay before restarting a crashed instance."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     """Longest delay between restarts of a crashing instance."""
+    instance_stop_timeout_s: float = Field(default=10.0, gt=0)
+    """How long an instance that is deleted, moved or restarted may drain (finish its in-flight
+    messages) before it is killed; its unacknowledged inputs are then redelivered."""
+    shutdown_timeout_s: float = Field(default=5.0, gt=0)
+    """On Ctrl-C or SIGTERM, how long the instances may drain before they are killed: the worker
+    exits within a few seconds more, whatever user code does."""
+    busy_warning_s: float = Field(default=5.0, gt=0)
+    """An instance whose user code has had one message this long says so in its status
+    (``message <id> from <topic> in user code for 42 s``)."""
     request_timeout_s: float = Field(default=10.0, gt=0)
     """How long a REST call waits for the cluster (leader, replication, a trigger's output)."""
     max_package_bytes: int = Field(default=100 * 1024 * 1024, gt=0)

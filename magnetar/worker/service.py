@@ -37,6 +37,9 @@ __all__ = ["WorkerService"]
 
 log = logging.getLogger(__name__)
 
+_KILL_GRACE_S = 3.0
+"""Beyond the shutdown timeout: for the instances' kills and the REST server to end."""
+
 
 class WorkerService:
     """One Magnetar worker: control plane, runtime and REST API, with one lifecycle."""
@@ -116,6 +119,8 @@ class WorkerService:
             BackoffPolicy(
                 initial_s=config.restart_backoff_initial_s, max_s=config.restart_backoff_max_s
             ),
+            stop_timeout_s=config.instance_stop_timeout_s,
+            busy_warning_s=config.busy_warning_s,
         )
         self.reconciler = InstanceReconciler(
             config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
@@ -241,15 +246,21 @@ class WorkerService:
         (gracefully with ``drain``), then everything else."""
         if self._stopped.is_set():
             return
+        # the instances first: their drain runs while the rest stops, within the timeout
+        self.runtime.stop(drain=drain, timeout_s=self.config.shutdown_timeout_s)
         self.membership.stop()
         self.leader.stop()
         self.reconciler.stop()
-        self.runtime.stop(drain=drain)
-        self.runtime.wait(60)
+        # killed at the timeout; the wait after that is for the kills to take
+        if not self.runtime.wait(self.config.shutdown_timeout_s + _KILL_GRACE_S):
+            log.error(
+                "worker %s: instances still running after the shutdown timeout",
+                self.config.worker_id,
+            )
         if self._server is not None:
             self._server.should_exit = True
         if self._http_thread is not None:
-            self._http_thread.join(10)
+            self._http_thread.join(_KILL_GRACE_S)
         self.assignments.stop()
         self.metadata.stop()
         self.state.stop()
