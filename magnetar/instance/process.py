@@ -14,7 +14,9 @@ keeps such warm processes ready) and hand that client to ``run_instance_process`
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import resource
 import signal
 import threading
 from collections.abc import Iterator
@@ -28,7 +30,13 @@ if TYPE_CHECKING:
     from magnetar.client import Connection
     from magnetar.statestore import StateOptions
 
-__all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process", "signals_blocked"]
+__all__ = [
+    "InstanceExit",
+    "InstanceProcessSpec",
+    "limit_data",
+    "run_instance_process",
+    "signals_blocked",
+]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -64,6 +72,9 @@ class InstanceProcessSpec:
     ``magnetar.instance.in_flight``)."""
     earlier_crashes: dict[str, int] = field(default_factory=dict)
     """Messages earlier processes of this instance died on, and how often."""
+    ram_bytes: int | None = None
+    """The instance's ``resources.ram``: Python allocations beyond it (and what the process
+    held before running the function) fail with MemoryError; None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,37 @@ class InstanceExit:
 
     instance_id: int
     error: str
+
+
+_DATA_HEADROOM_BYTES = 64 * 1024 * 1024
+"""Beyond the limit: the stacks of threads the client and the state store start later."""
+
+
+def limit_data(ram_bytes: int) -> None:
+    """Hold this process's data (heap, anonymous mappings, thread stacks) to what it uses now
+    plus ``ram_bytes``: an allocation beyond fails (MemoryError in Python) instead of growing
+    the worker's machine out of memory. The worker also kills an instance whose resident size
+    passes ``ram_bytes``; this limit is the backstop for an allocation faster than its checks.
+    V8 keeps a JavaScript function's heap to its own limit, so JavaScript instances are not
+    limited here."""
+    used = _data_bytes()
+    if used is None:
+        return
+    limit = used + ram_bytes + _DATA_HEADROOM_BYTES
+    with contextlib.suppress(ValueError, OSError):  # e.g. a lower hard limit: keep it
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def _data_bytes() -> int | None:
+    """This process's data size (``VmData``), None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 @contextmanager
@@ -119,6 +161,8 @@ def run_instance_process(
         config = FunctionConfig.model_validate_json(spec.config_json)
         if client is None:
             client = create_client(spec.broker_url, connection=spec.connection)
+        if spec.ram_bytes is not None and not config.is_javascript:
+            limit_data(spec.ram_bytes)  # once the client's threads are started
         options = InstanceOptions(
             instance_id=spec.instance_id,
             metrics_interval_s=spec.metrics_interval_s,

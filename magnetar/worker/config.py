@@ -69,6 +69,9 @@ class WorkerConfig(BaseModel):
     """First delay before restarting a crashed instance."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     """Longest delay between restarts of a crashing instance."""
+    instance_ram_bytes: int | None = Field(default=1024 * 1024 * 1024, gt=0)
+    """Memory limit of an instance (process runtime) whose function sets no ``resources.ram``:
+    an instance resident beyond its limit is killed and its status says so; None: no limit."""
     instance_stop_timeout_s: float = Field(default=10.0, gt=0)
     """How long an instance that is deleted, moved or restarted may drain (finish its in-flight
     messages) before it is killed; its unacknowledged inputs are then redelivered."""

@@ -131,6 +131,10 @@ class RuntimeHandle(Protocol):
         None when none is, or the runtime cannot tell."""
         ...
 
+    def enforce_limits(self) -> None:
+        """Kill the instance if it is over its limits (``exit_error`` then says which)."""
+        ...
+
 
 class Runtime(Protocol):
     """Starts function instances; the runtime manager decides which and when."""
@@ -254,8 +258,16 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
 class _ProcessHandle:
     """An instance process and the worker's end of its pipe."""
 
-    def __init__(self, process: BaseProcess, reports: Connection, in_flight_path: str) -> None:
+    def __init__(
+        self,
+        process: BaseProcess,
+        reports: Connection,
+        in_flight_path: str,
+        ram_bytes: int | None = None,
+    ) -> None:
         self._process = process
+        self._ram_bytes = ram_bytes
+        self._killed_for = ""
         self._reports: Connection | None = reports
         self._in_flight_path = in_flight_path
         self._last_in_flight: InFlight | None = None
@@ -310,6 +322,8 @@ class _ProcessHandle:
     def exit_error(self) -> str:
         if self.is_alive():
             return ""
+        if self._killed_for:
+            return self._killed_for
         if self._exit is not None:
             return self._exit.error
         code = self._process.exitcode
@@ -318,6 +332,17 @@ class _ProcessHandle:
         if code < 0:
             return f"the instance process was killed by {signal.Signals(-code).name}"
         return f"the instance process exited with code {code}"
+
+    def enforce_limits(self) -> None:
+        ram, pid = self._ram_bytes, self._process.pid
+        if ram is None or pid is None or self._killed_for:
+            return
+        resident = _resident_bytes(pid)
+        if resident is not None and resident > ram:
+            self._killed_for = (
+                f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
+            )
+            self._process.kill()
 
     def in_flight(self) -> InFlight | None:
         if self._in_flight_read:
@@ -347,6 +372,18 @@ class _ProcessHandle:
                 self._reports = None
 
 
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident_bytes(pid: int) -> int | None:
+    """The resident size of a process (Linux); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * _PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class _IdleProcess:
     """A started instance process waiting for its spec, and the worker's end of its pipe."""
@@ -373,8 +410,10 @@ class ProcessRuntime:
         log_level: int = logging.INFO,
         state: StateLayout | None = None,
         warm: int = 2,
+        ram_bytes: int | None = None,
     ) -> None:
-        """``warm``: processes kept ready for the next instances (0: start each on demand)."""
+        """``warm``: processes kept ready for the next instances (0: start each on demand);
+        ``ram_bytes``: the memory limit of an instance without ``resources.ram`` (None: none)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -382,6 +421,7 @@ class ProcessRuntime:
         self.log_level = log_level
         self.state = state
         self.warm = warm
+        self.ram_bytes = ram_bytes
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -436,6 +476,7 @@ class ProcessRuntime:
             state=self.state.options(spec) if self.state is not None else None,
             in_flight_path=os.path.join(self._in_flight_dir, str(next(self._in_flight_files))),
             earlier_crashes=dict(spec.earlier_crashes),
+            ram_bytes=(spec.config.resources or {}).get("ram") or self.ram_bytes,
         )
         handle = self._hand_over(process_spec, spec.key)
         self._refill.set()
@@ -463,7 +504,9 @@ class ProcessRuntime:
                 entry.process.join(1)
         entry.process.name = f"magnetar-instance {key}"
         assert process_spec.in_flight_path is not None
-        return _ProcessHandle(entry.process, entry.pipe, process_spec.in_flight_path)
+        return _ProcessHandle(
+            entry.process, entry.pipe, process_spec.in_flight_path, process_spec.ram_bytes
+        )
 
     def _keep_warm(self) -> None:
         while True:
@@ -555,6 +598,9 @@ class _ThreadHandle:
         """Not recorded: a thread does not die alone."""
         return None
 
+    def enforce_limits(self) -> None:
+        """A thread's memory cannot be told from the worker's: no limit."""
+
 
 class ThreadRuntime:
     """Instances on threads of the worker process, sharing the worker's pulsar client.
@@ -617,12 +663,14 @@ def make_runtime(
     log_level: int = logging.INFO,
     state: StateLayout | None = None,
     warm: int = 2,
+    ram_bytes: int | None = None,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``: processes the process runtime
-    keeps ready."""
+    keeps ready; ``ram_bytes``: the process runtime's limit for instances without
+    ``resources.ram``."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state, warm)
+        return ProcessRuntime(broker_url, worker_id, log_level, state, warm, ram_bytes)
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")

@@ -369,6 +369,7 @@ class RuntimeManager:
                 if handle is None:
                     continue
                 if handle.is_alive():
+                    handle.enforce_limits()
                     if slot.failures and now - slot.started_at >= backoff.reset_after_s:
                         log.info("instance %s has run fine since its restart", key)
                         slot.failures = 0

@@ -110,6 +110,7 @@ class WorkerService:
             client=self._data_client,
             state=StateLayout(state_root, config.system_namespace),
             warm=config.warm_instances,
+            ram_bytes=config.instance_ram_bytes,
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)

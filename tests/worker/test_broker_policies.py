@@ -345,6 +345,8 @@ class StartedHandle:
     def in_flight(self) -> InFlight | None:
         return None
 
+    def enforce_limits(self) -> None: ...
+
 
 class RecordingRuntime:
     """The runtime seam: records which instances it was asked to start."""

@@ -90,3 +90,44 @@ def test_ordered_inputs_wait_behind_a_message_that_kills_its_process(
     assert dead.data() == b"poison"
     outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!"})
     assert list(dict.fromkeys(outputs)) == ["a!", "b!", "c!"]  # in order, "a!" maybe twice
+
+
+LEAKER = """
+leaked = []
+
+def process(input):
+    leaked.append(b"x" * (32 * 1024 * 1024))
+    return input + "!"
+"""
+
+
+def test_an_instance_over_its_resources_ram_is_killed_and_says_so(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    ram = 256 * 1024 * 1024
+    config = function_config(
+        py=write_function(tmp_path, LEAKER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": ram},
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+    produce(client, topic, [f"m{i}" for i in range(12)])
+
+    def killed() -> list[str]:
+        status = manager.status(key)
+        assert status is not None
+        return [
+            e.exception_string
+            for e in status.latest_system_exceptions
+            if e.exception_string.startswith("out of memory")
+        ]
+
+    wait_for(lambda: bool(killed()), timeout=30)
+    assert killed()[0].startswith(f"out of memory: over resources.ram {ram} bytes (it held ")
+    # each run is killed before it holds much more than its limit, and it runs again
+    wait_for(lambda: key in manager.running_keys())
+    pid = manager.pid(key)
+    assert pid is not None
