@@ -72,6 +72,13 @@ class InstanceProcessSpec:
     ``magnetar.instance.in_flight``)."""
     earlier_crashes: dict[str, int] = field(default_factory=dict)
     """Messages earlier processes of this instance died on, and how often."""
+    log_path: str | None = None
+    """The instance's own log file (stdout, stderr and logging, rotated; see
+    ``instance_log``); None: the process's stderr."""
+    log_max_bytes: int = 10 * 1024 * 1024
+    """Size at which the log file rolls over."""
+    log_backups: int = 2
+    """Rolled-over log files kept."""
     ram_bytes: int | None = None
     """The instance's ``resources.ram``: Python allocations beyond it (and what the process
     held before running the function) fail with MemoryError; None: no limit."""
@@ -151,10 +158,17 @@ def run_instance_process(
     from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
 
-    logging.basicConfig(
-        level=spec.log_level,
-        format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
-    )
+    log_format = f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s"
+    if spec.log_path is not None:
+        from pathlib import Path
+
+        from magnetar.instance.instance_log import InstanceLog
+
+        InstanceLog(
+            Path(spec.log_path), spec.log_level, log_format, spec.log_max_bytes, spec.log_backups
+        )
+    else:
+        logging.basicConfig(level=spec.log_level, format=log_format)
     error = ""
     state = None
     try:

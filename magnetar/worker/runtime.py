@@ -47,6 +47,7 @@ from magnetar.client import create_client
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.in_flight import InFlight, read_in_flight
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
+from magnetar.instance.instance_log import instance_log_path
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
@@ -56,6 +57,7 @@ __all__ = [
     "INSTANCE_PROCESS_NAME",
     "RUNTIMES",
     "WARM_PROCESS_NAME",
+    "InstanceLogs",
     "InstanceSpec",
     "ProcessRuntime",
     "Runtime",
@@ -168,6 +170,19 @@ class StateLayout:
         """The state options of one instance; the function's version is its epoch."""
         directory = instance_state_dir(self.root, spec.fqfn, spec.instance_id)
         return StateOptions(str(directory), self.namespace, epoch=spec.version)
+
+
+@dataclass(frozen=True)
+class InstanceLogs:
+    """Each instance's own rotated log file, under ``root`` (see ``instance_log``)."""
+
+    root: Path
+    max_bytes: int = 10 * 1024 * 1024
+    backups: int = 2
+
+    def spec_fields(self, spec: InstanceSpec) -> dict[str, Any]:
+        path = instance_log_path(self.root, spec.fqfn, spec.instance_id)
+        return {"log_path": str(path), "log_max_bytes": self.max_bytes, "log_backups": self.backups}
 
 
 # --- process runtime ------------------------------------------------------------------------
@@ -411,9 +426,11 @@ class ProcessRuntime:
         state: StateLayout | None = None,
         warm: int = 2,
         ram_bytes: int | None = None,
+        logs: InstanceLogs | None = None,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
-        ``ram_bytes``: the memory limit of an instance without ``resources.ram`` (None: none)."""
+        ``ram_bytes``: the memory limit of an instance without ``resources.ram`` (None: none);
+        ``logs``: where each instance logs (None: to the worker's stderr)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -422,6 +439,7 @@ class ProcessRuntime:
         self.state = state
         self.warm = warm
         self.ram_bytes = ram_bytes
+        self.logs = logs
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -477,6 +495,7 @@ class ProcessRuntime:
             in_flight_path=os.path.join(self._in_flight_dir, str(next(self._in_flight_files))),
             earlier_crashes=dict(spec.earlier_crashes),
             ram_bytes=(spec.config.resources or {}).get("ram") or self.ram_bytes,
+            **(self.logs.spec_fields(spec) if self.logs is not None else {}),
         )
         handle = self._hand_over(process_spec, spec.key)
         self._refill.set()
@@ -664,13 +683,14 @@ def make_runtime(
     state: StateLayout | None = None,
     warm: int = 2,
     ram_bytes: int | None = None,
+    logs: InstanceLogs | None = None,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``: processes the process runtime
     keeps ready; ``ram_bytes``: the process runtime's limit for instances without
     ``resources.ram``."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state, warm, ram_bytes)
+        return ProcessRuntime(broker_url, worker_id, log_level, state, warm, ram_bytes, logs)
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")

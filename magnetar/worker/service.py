@@ -27,7 +27,7 @@ from magnetar.worker.model import WorkerInfo, WorkerReport
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
-from magnetar.worker.runtime import StateLayout, make_runtime
+from magnetar.worker.runtime import InstanceLogs, StateLayout, make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
 from magnetar.worker.tenancy import Tenancy, TenancyManager, default_entries
@@ -111,6 +111,9 @@ class WorkerService:
             state=StateLayout(state_root, config.system_namespace),
             warm=config.warm_instances,
             ram_bytes=config.instance_ram_bytes,
+            logs=InstanceLogs(
+                config.instance_log_dir, config.instance_log_max_bytes, config.instance_log_backups
+            ),
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)

@@ -6,10 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pulsar
+import pytest
 
+from magnetar.instance.instance_log import instance_log_path
+from magnetar.worker.runtime import InstanceLogs, ProcessRuntime
 from magnetar.worker.runtime_manager import BackoffPolicy
 from tests.integration.conftest import collect, produce, wait_for
-from tests.worker.conftest import StartManager, function_config, instance_specs, receive_until
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    receive_until,
+)
 
 FAST_RESTARTS = BackoffPolicy(initial_s=0.2, max_s=1.0)
 
@@ -131,3 +140,46 @@ def test_an_instance_over_its_resources_ram_is_killed_and_says_so(
     wait_for(lambda: key in manager.running_keys())
     pid = manager.pid(key)
     assert pid is not None
+
+
+PRINTER = """
+import sys
+
+def process(input, context):
+    print("printed " + input + " " + "p" * 4000)
+    print("to stderr " + input, file=sys.stderr)
+    context.get_logger().info("logged %s", input)
+    return input + "!"
+"""
+
+
+def test_what_an_instance_prints_goes_to_its_own_rotated_log_file(
+    client: pulsar.Client,
+    broker_url: str,
+    start_manager: StartManager,
+    topic: str,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    logs = InstanceLogs(tmp_path / "logs", max_bytes=64 * 1024, backups=1)
+    config = function_config(py=write_function(tmp_path, PRINTER), inputs=[topic])
+    specs = instance_specs(config)
+    manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, logs=logs))
+    manager.apply(specs)
+    produce(client, topic, [f"m{i}" for i in range(60)])
+    wait_for(lambda: sum(s.processed for s in manager.statuses().values()) == 60)
+
+    log = instance_log_path(tmp_path / "logs", config.fqfn, 0)
+    assert log == tmp_path / "logs/functions/public/default" / config.name / f"{config.name}-0.log"
+    wait_for(lambda: "logged m59" in log.read_text())
+    text = log.read_text()
+    assert "printed m59 ppp" in text and "to stderr m59" in text
+    assert "INFO magnetar.function." in text  # the function's logger, with its format
+    # 60 prints of 4 KB: rolled over, one older file kept, each within the bound
+    files = sorted(path.name for path in log.parent.iterdir())
+    assert files == [log.name, f"{log.name}.1"]
+    assert all(path.stat().st_size <= 64 * 1024 + 8 * 1024 for path in log.parent.iterdir())
+    # and nothing of it in the worker's own output
+    captured = capfd.readouterr()
+    assert "printed m" not in captured.out + captured.err
+    assert "logged m" not in captured.out + captured.err
