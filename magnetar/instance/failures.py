@@ -56,6 +56,9 @@ class FailureHandler:
         failures counted before this process (see ``crashed``)."""
         if self._journal is not None:
             self._journal.rollback()  # its state updates are made again when it is retried
+        if isinstance(error, MemoryError):  # Python's says nothing: say what ran out
+            detail = f": {error}" if str(error) else ""
+            error = f"MemoryError: out of memory (the instance is limited by resources.ram){detail}"
         system = system or isinstance(error, SerDeError)
         if system:
             self._metrics.record_system_exception(error)

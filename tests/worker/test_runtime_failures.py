@@ -3,6 +3,7 @@ that kills the process is that message's failure (retried, then dead-lettered)."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pulsar
@@ -183,3 +184,68 @@ def test_what_an_instance_prints_goes_to_its_own_rotated_log_file(
     captured = capfd.readouterr()
     assert "printed m" not in captured.out + captured.err
     assert "logged m" not in captured.out + captured.err
+
+
+SLEEPER = """
+import time
+
+def process(input):
+    if input == "nap":
+        time.sleep(3600)
+    return input + "!"
+"""
+
+
+def test_status_names_a_message_user_code_has_had_too_long(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    config = function_config(py=write_function(tmp_path, SLEEPER), inputs=[topic])
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(busy_warning_s=1.0, stop_timeout_s=1.0)
+    manager.apply(specs)
+    produce(client, topic, ["a", "nap"])
+
+    def error() -> str:
+        status = manager.status(key)
+        return status.error if status is not None else ""
+
+    wait_for(lambda: "in user code" in error())
+    assert re.fullmatch(
+        rf"message \d+:\d+:-?\d+(:\d+)? from persistent://public/default/{topic} "
+        r"in user code for \d+ s",
+        error(),
+    ), error()
+    status = manager.status(key)
+    assert status is not None and status.running is True
+
+
+HOG = """
+def process(input):
+    if input == "huge":
+        return len(b"x" * (4 * 1024 * 1024 * 1024))
+    return input + "!"
+"""
+
+
+def test_an_allocation_beyond_resources_ram_fails_that_message_with_memory_error(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    config = function_config(
+        py=write_function(tmp_path, HOG),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": 256 * 1024 * 1024},
+        max_message_retries=1,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager()
+    manager.apply(specs)
+    produce(client, topic, ["a", "huge", "b"])
+
+    assert set(receive_until(client, f"{topic}-out", {"a!", "b!"})) == {"a!", "b!"}
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    status = manager.status(key)
+    assert status is not None and status.running is True and status.num_restarts == 0
+    assert status.latest_user_exceptions[0].exception_string == (
+        "MemoryError: out of memory (the instance is limited by resources.ram)"
+    )
