@@ -188,7 +188,7 @@ class InstanceLogs:
 # --- process runtime ------------------------------------------------------------------------
 
 
-_ORPHAN_GRACE_S = 45.0
+_ORPHAN_GRACE_S = 10.0
 """How long an instance whose worker died may drain before it exits anyway."""
 
 INSTANCE_PROCESS_NAME = "magnetar-inst"
