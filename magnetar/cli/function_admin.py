@@ -10,6 +10,7 @@ and exits with 1.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -399,6 +400,47 @@ def trigger(
         click.echo(output)
 
 
+@click.command()
+@fqfn_options
+@click.option(
+    "--instance-id", type=click.IntRange(min=0), default=0, show_default=True, help="The instance."
+)
+@click.option(
+    "--lines", type=click.IntRange(min=0), default=100, show_default=True, help="Lines to show."
+)
+@click.option("--follow", "-f", is_flag=True, help="Go on printing what the instance logs.")
+@click.pass_obj
+def logs(
+    obj: CliContext,
+    tenant: str | None,
+    namespace: str | None,
+    name: str | None,
+    fqfn: str | None,
+    instance_id: int,
+    lines: int,
+    follow: bool,
+) -> None:
+    """Print an instance's log: what the function prints and logs (from the worker that runs it).
+
+    \b
+    Example:
+      magnetar functions logs --name excl --instance-id 0 --lines 50 --follow
+    """
+    target = resolve_fqfn(tenant, namespace, name, fqfn)
+    client = admin_client(obj)
+    path = _path(target, instance_id, "logs")
+    answer = client.request("GET", path, params={"lines": lines})
+    click.echo(answer.text, nl=False)
+    while follow:
+        time.sleep(_FOLLOW_INTERVAL_S)
+        since = answer.headers.get("x-log-offset", "0")
+        answer = client.request("GET", path, params={"lines": lines, "since": since})
+        click.echo(answer.text, nl=False)
+
+
+_FOLLOW_INTERVAL_S = 1.0
+
+
 def _run_state_command(op: str, past: str) -> click.Command:
     @click.command(op)
     @fqfn_options
@@ -426,7 +468,7 @@ def _run_state_command(op: str, past: str) -> click.Command:
 
 def register_admin_commands(group: click.Group) -> None:
     """Add the cluster commands to the `functions` group."""
-    for command in (create, update, delete, get, list_functions, status, stats, trigger):
+    for command in (create, update, delete, get, list_functions, status, stats, trigger, logs):
         group.add_command(command)
     for op, past in (("start", "started"), ("stop", "stopped"), ("restart", "restarted")):
         group.add_command(_run_state_command(op, past))

@@ -55,8 +55,20 @@ def _run_until_signal(services: list[WorkerService]) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         click.echo("Stopping: finishing in-flight messages...", err=True)
-        for service in reversed(services):
-            service.stop(drain=True)
+        _stop_all(services)
+
+
+def _stop_all(services: list[WorkerService]) -> None:
+    """Stop the workers at once, each bounded by its shutdown timeout: one after another, the
+    instances the first ones hand over would start on the others and be stopped again."""
+    stoppers = [
+        threading.Thread(target=service.stop, name=f"stop-{service.config.worker_id}")
+        for service in services
+    ]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join()
 
 
 def _run_then_exit(run: Callable[[], None]) -> NoReturn:

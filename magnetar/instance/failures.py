@@ -49,11 +49,16 @@ class FailureHandler:
         error: BaseException | str,
         chunk: Chunk,
         system: bool = False,
+        earlier: int = 0,
     ) -> bool:
         """The function failed on ``message`` (``system``: not the function's fault, such
-        as an input its SerDe cannot read); whether it will be processed again."""
+        as an input its SerDe cannot read); whether it will be processed again. ``earlier``:
+        failures counted before this process (see ``crashed``)."""
         if self._journal is not None:
             self._journal.rollback()  # its state updates are made again when it is retried
+        if isinstance(error, MemoryError):  # Python's says nothing: say what ran out
+            detail = f": {error}" if str(error) else ""
+            error = f"MemoryError: out of memory (the instance is limited by resources.ram){detail}"
         system = system or isinstance(error, SerDeError)
         if system:
             self._metrics.record_system_exception(error)
@@ -64,7 +69,7 @@ class FailureHandler:
         if not self._retry:
             self._log_first(kind, where, error)
             return False
-        attempt = self._retries.failed(consumer, message)
+        attempt = self._retries.failed(consumer, message, earlier)
         if attempt.failures == 1:
             self._log_first(kind, where, error)
         if attempt.retried:
@@ -86,6 +91,17 @@ class FailureHandler:
             error,
         )
         return False
+
+    def crashed(self, consumer: Any, message: Any, crashes: int, chunk: Chunk) -> bool:
+        """Earlier processes of this instance died ``crashes`` times with ``message`` in user
+        code: that is a failure of the message (the last death is the failure handled now), so
+        it is retried or, its retries used up, dead-lettered like any other; whether it will
+        be processed again."""
+        error = (
+            f"the instance process died while the function processed this message "
+            f"({crashes} time{'s' if crashes > 1 else ''})"
+        )
+        return self.fail(consumer, message, error, chunk, earlier=crashes - 1)
 
     def _log_first(self, kind: str, where: str, error: BaseException | str) -> None:
         self._logger.error(

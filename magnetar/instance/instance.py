@@ -33,6 +33,7 @@ from magnetar.instance.dead_letter import DeadLetters
 from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.exceptions import InstanceError, InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
+from magnetar.instance.in_flight import InFlightRecord
 from magnetar.instance.inputs import Inputs
 from magnetar.instance.invocation import Invoker
 from magnetar.instance.loader import LoadedFunction, load_function
@@ -312,6 +313,8 @@ class FunctionInstance:
             failures,
             self._journal,
             acking,
+            InFlightRecord(options.in_flight_path),
+            dict(options.earlier_crashes),
         )
 
     def _load_python(self) -> _PythonCode:

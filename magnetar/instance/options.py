@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
@@ -61,3 +62,9 @@ class InstanceOptions:
     """What the secrets provider's ``init`` is given."""
     archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS
     """How much the function's code package may unpack to (the worker's settings)."""
+    in_flight_path: str | None = None
+    """The file where the message in user code is recorded (see ``in_flight``); None records
+    nothing."""
+    earlier_crashes: Mapping[str, int] = field(default_factory=dict)
+    """``message_key`` -> how often an earlier process of this instance died with that message
+    in user code: each death is a failure of the message (retried, then dead-lettered)."""

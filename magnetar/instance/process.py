@@ -14,12 +14,14 @@ keeps such warm processes ready) and hand that client to ``run_instance_process`
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import resource
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
@@ -30,7 +32,13 @@ if TYPE_CHECKING:
     from magnetar.client import Connection
     from magnetar.statestore import StateOptions
 
-__all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process", "signals_blocked"]
+__all__ = [
+    "InstanceExit",
+    "InstanceProcessSpec",
+    "limit_data",
+    "run_instance_process",
+    "signals_blocked",
+]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -63,6 +71,21 @@ class InstanceProcessSpec:
     """What the secrets provider's ``init`` is given."""
     archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS
     """How much the code package may unpack to."""
+    in_flight_path: str | None = None
+    """Where the message in user code is recorded, for the worker to read (see
+    ``magnetar.instance.in_flight``)."""
+    earlier_crashes: dict[str, int] = field(default_factory=dict)
+    """Messages earlier processes of this instance died on, and how often."""
+    log_path: str | None = None
+    """The instance's own log file (stdout, stderr and logging, rotated; see
+    ``instance_log``); None: the process's stderr."""
+    log_max_bytes: int = 10 * 1024 * 1024
+    """Size at which the log file rolls over."""
+    log_backups: int = 2
+    """Rolled-over log files kept."""
+    ram_bytes: int | None = None
+    """The instance's ``resources.ram``: Python allocations beyond it (and what the process
+    held before running the function) fail with MemoryError; None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,37 @@ class InstanceExit:
 
     instance_id: int
     error: str
+
+
+_DATA_HEADROOM_BYTES = 64 * 1024 * 1024
+"""Beyond the limit: the stacks of threads the client and the state store start later."""
+
+
+def limit_data(ram_bytes: int) -> None:
+    """Hold this process's data (heap, anonymous mappings, thread stacks) to what it uses now
+    plus ``ram_bytes``: an allocation beyond fails (MemoryError in Python) instead of growing
+    the worker's machine out of memory. The worker also kills an instance whose resident size
+    passes ``ram_bytes``; this limit is the backstop for an allocation faster than its checks.
+    V8 keeps a JavaScript function's heap to its own limit, so JavaScript instances are not
+    limited here."""
+    used = _data_bytes()
+    if used is None:
+        return
+    limit = used + ram_bytes + _DATA_HEADROOM_BYTES
+    with contextlib.suppress(ValueError, OSError):  # e.g. a lower hard limit: keep it
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def _data_bytes() -> int | None:
+    """This process's data size (``VmData``), None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 @contextmanager
@@ -108,16 +162,25 @@ def run_instance_process(
     from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
 
-    logging.basicConfig(
-        level=spec.log_level,
-        format=f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s",
-    )
+    log_format = f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s"
+    if spec.log_path is not None:
+        from pathlib import Path
+
+        from magnetar.instance.instance_log import InstanceLog
+
+        InstanceLog(
+            Path(spec.log_path), spec.log_level, log_format, spec.log_max_bytes, spec.log_backups
+        )
+    else:
+        logging.basicConfig(level=spec.log_level, format=log_format)
     error = ""
     state = None
     try:
         config = FunctionConfig.model_validate_json(spec.config_json)
         if client is None:
             client = create_client(spec.broker_url, connection=spec.connection)
+        if spec.ram_bytes is not None and not config.is_javascript:
+            limit_data(spec.ram_bytes)  # once the client's threads are started
         options = InstanceOptions(
             instance_id=spec.instance_id,
             metrics_interval_s=spec.metrics_interval_s,
@@ -126,6 +189,8 @@ def run_instance_process(
             secrets_provider_classname=spec.secrets_provider_classname,
             secrets_provider_config=spec.secrets_provider_config,
             archive_limits=spec.archive_limits,
+            in_flight_path=spec.in_flight_path,
+            earlier_crashes=spec.earlier_crashes,
             # asked of the broker only where it matters (a connection's round trip)
             broker_may_deduplicate=(
                 may_deduplicate(spec.broker_url)

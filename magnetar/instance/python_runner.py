@@ -11,6 +11,7 @@ from typing import Any
 
 from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.failures import FailureHandler
+from magnetar.instance.in_flight import InFlightRecord, message_key
 from magnetar.instance.invocation import Invoker
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.outputs import Outputs
@@ -39,7 +40,13 @@ class PythonRunner:
         failures: FailureHandler,
         journal: JournaledState | None,
         acking: Acking,
+        in_flight: InFlightRecord | None = None,
+        earlier_crashes: dict[str, int] | None = None,
     ) -> None:
+        """``in_flight``: where the message in user code is recorded; ``earlier_crashes``:
+        messages earlier processes died on (``message_key`` -> deaths), failed on receipt."""
+        self._in_flight = in_flight or InFlightRecord()
+        self._earlier_crashes = dict(earlier_crashes or {})
         self._invoker = invoker
         self._input_serdes = dict(input_serdes)
         self._default_serde = default_serde
@@ -59,7 +66,7 @@ class PythonRunner:
         """Nothing is in flight between chunks."""
 
     def close(self) -> None:
-        """Nothing to release."""
+        self._in_flight.close()
 
     def timeouts(self) -> AbstractContextManager[None]:
         """Enforce ``timeoutMs`` while this context is open (only on the main thread)."""
@@ -86,6 +93,24 @@ class PythonRunner:
             # acknowledged with this chunk, so only once everything sent before is persisted
             chunk.inputs.append((consumer, message))
             return
+        if self._earlier_crashes:
+            crashes = self._earlier_crashes.pop(message_key(topic, message_id), 0)
+            if crashes:
+                self._failures.crashed(consumer, message, crashes, chunk)
+                return
+        in_flight = self._in_flight
+        in_flight.enter(topic, message_id)
+        try:
+            self._invoke(consumer, message, topic, message_id, chunk)
+        finally:
+            in_flight.leave()
+
+    def _invoke(
+        self, consumer: Any, message: Any, topic: str, message_id: Any, chunk: Chunk
+    ) -> None:
+        """Deserialize, call the function and handle its result (all of it user code)."""
+        metrics = self._metrics
+        acking = self._acking
         serde = self._input_serdes.get(topic) or self._serde_for(topic)
         try:
             value = serde.deserialize(message.data())

@@ -101,11 +101,12 @@ class RetryQueue:
         self._held[self._key(message)].append((consumer, message))
         self._waiting += 1
 
-    def failed(self, consumer: Any, message: Any) -> Attempt:
+    def failed(self, consumer: Any, message: Any, earlier: int = 0) -> Attempt:
         """Count a failure of ``message`` and schedule its next attempt, unless it has no
-        retries left (then the caller dead-letters it)."""
+        retries left (then the caller dead-letters it). ``earlier``: failures this queue
+        never saw (the deaths of earlier processes), counted once."""
         failure_key = (message.topic_name(), position(message.message_id()))
-        failures = self._failures.pop(failure_key, 0) + 1
+        failures = max(self._failures.pop(failure_key, 0), earlier) + 1
         if self._max_retries is not None and failures > self._max_retries:
             return Attempt(failures, retried=False)
         self._failures[failure_key] = failures

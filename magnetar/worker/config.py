@@ -72,6 +72,23 @@ class WorkerConfig(BaseModel):
     """First delay before restarting a crashed instance."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     """Longest delay between restarts of a crashing instance."""
+    instance_ram_bytes: int | None = Field(default=1024 * 1024 * 1024, gt=0)
+    """Memory limit of an instance (process runtime) whose function sets no ``resources.ram``:
+    an instance resident beyond its limit is killed and its status says so; None: no limit."""
+    instance_log_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """Size at which an instance's log file (``<data_dir>/logs/functions/<tenant>/<namespace>/
+    <name>/<name>-<instanceId>.log``: its stdout, stderr and logging) rolls over."""
+    instance_log_backups: int = Field(default=2, ge=0)
+    """Rolled-over log files kept per instance (``.log.1``, ``.log.2``, ...)."""
+    instance_stop_timeout_s: float = Field(default=10.0, gt=0)
+    """How long an instance that is deleted, moved or restarted may drain (finish its in-flight
+    messages) before it is killed; its unacknowledged inputs are then redelivered."""
+    shutdown_timeout_s: float = Field(default=5.0, gt=0)
+    """On Ctrl-C or SIGTERM, how long the instances may drain before they are killed: the worker
+    exits within a few seconds more, whatever user code does."""
+    busy_warning_s: float = Field(default=5.0, gt=0)
+    """An instance whose user code has had one message this long says so in its status
+    (``message <id> from <topic> in user code for 42 s``)."""
     request_timeout_s: float = Field(default=10.0, gt=0)
     """How long a REST call waits for the cluster (leader, replication, a trigger's output)."""
     max_package_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
@@ -164,6 +181,11 @@ class WorkerConfig(BaseModel):
                 "cluster.key` and give every worker cluster_key: file:///path/to/cluster.key)"
             )
         return self
+
+    @property
+    def instance_log_dir(self) -> Path:
+        """Where the instances' log files are (``functions/<tenant>/...`` under it)."""
+        return self.data_dir / "logs"
 
     def system_topic(self, name: str) -> str:
         return f"persistent://{self.system_namespace}/{name}"

@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -42,7 +46,9 @@ import pulsar
 from magnetar.client import create_client
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+from magnetar.instance.in_flight import InFlight, read_in_flight
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
+from magnetar.instance.instance_log import instance_log_path
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
@@ -52,6 +58,7 @@ __all__ = [
     "INSTANCE_PROCESS_NAME",
     "RUNTIMES",
     "WARM_PROCESS_NAME",
+    "InstanceLogs",
     "InstanceSpec",
     "ProcessRuntime",
     "Runtime",
@@ -80,6 +87,9 @@ class InstanceSpec:
     worker's disk."""
     version: int
     """Version of the function record the spec comes from."""
+    earlier_crashes: Mapping[str, int] = field(default_factory=dict, compare=False)
+    """Messages earlier runs of this instance died on (``message_key`` -> deaths): the run
+    fails them on receipt (retry, then dead letter). Not part of what the instance is."""
 
     @property
     def key(self) -> str:
@@ -119,6 +129,15 @@ class RuntimeHandle(Protocol):
         """Why the instance exited; '' while it runs or after a clean stop."""
         ...
 
+    def in_flight(self) -> InFlight | None:
+        """The message the instance has in user code (after an exit: had, when it died);
+        None when none is, or the runtime cannot tell."""
+        ...
+
+    def enforce_limits(self) -> None:
+        """Kill the instance if it is over its limits (``exit_error`` then says which)."""
+        ...
+
 
 class Runtime(Protocol):
     """Starts function instances; the runtime manager decides which and when."""
@@ -154,10 +173,23 @@ class StateLayout:
         return StateOptions(str(directory), self.namespace, epoch=spec.version)
 
 
+@dataclass(frozen=True)
+class InstanceLogs:
+    """Each instance's own rotated log file, under ``root`` (see ``instance_log``)."""
+
+    root: Path
+    max_bytes: int = 10 * 1024 * 1024
+    backups: int = 2
+
+    def spec_fields(self, spec: InstanceSpec) -> dict[str, Any]:
+        path = instance_log_path(self.root, spec.fqfn, spec.instance_id)
+        return {"log_path": str(path), "log_max_bytes": self.max_bytes, "log_backups": self.backups}
+
+
 # --- process runtime ------------------------------------------------------------------------
 
 
-_ORPHAN_GRACE_S = 45.0
+_ORPHAN_GRACE_S = 10.0
 """How long an instance whose worker died may drain before it exits anyway."""
 
 INSTANCE_PROCESS_NAME = "magnetar-inst"
@@ -242,9 +274,20 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
 class _ProcessHandle:
     """An instance process and the worker's end of its pipe."""
 
-    def __init__(self, process: BaseProcess, reports: Connection) -> None:
+    def __init__(
+        self,
+        process: BaseProcess,
+        reports: Connection,
+        in_flight_path: str,
+        ram_bytes: int | None = None,
+    ) -> None:
         self._process = process
+        self._ram_bytes = ram_bytes
+        self._killed_for = ""
         self._reports: Connection | None = reports
+        self._in_flight_path = in_flight_path
+        self._last_in_flight: InFlight | None = None
+        self._in_flight_read = False
         self._lock = threading.Lock()
         self._snapshot: MetricsSnapshot | None = None
         self._exit: InstanceExit | None = None
@@ -295,6 +338,8 @@ class _ProcessHandle:
     def exit_error(self) -> str:
         if self.is_alive():
             return ""
+        if self._killed_for:
+            return self._killed_for
         if self._exit is not None:
             return self._exit.error
         code = self._process.exitcode
@@ -303,6 +348,28 @@ class _ProcessHandle:
         if code < 0:
             return f"the instance process was killed by {signal.Signals(-code).name}"
         return f"the instance process exited with code {code}"
+
+    def enforce_limits(self) -> None:
+        ram, pid = self._ram_bytes, self._process.pid
+        if ram is None or pid is None or self._killed_for:
+            return
+        resident = _resident_bytes(pid)
+        if resident is not None and resident > ram:
+            self._killed_for = (
+                f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
+            )
+            self._process.kill()
+
+    def in_flight(self) -> InFlight | None:
+        if self._in_flight_read:
+            return self._last_in_flight
+        alive = self.is_alive()
+        in_flight = read_in_flight(self._in_flight_path)
+        if not alive:  # what it held when it died: read once, the file is not needed again
+            self._last_in_flight, self._in_flight_read = in_flight, True
+            with contextlib.suppress(OSError):
+                os.unlink(self._in_flight_path)
+        return in_flight
 
     def _read_reports(self) -> None:
         with self._lock:
@@ -319,6 +386,18 @@ class _ProcessHandle:
                 assert reports is not None
                 reports.close()
                 self._reports = None
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident_bytes(pid: int) -> int | None:
+    """The resident size of a process (Linux); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * _PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -348,9 +427,13 @@ class ProcessRuntime:
         state: StateLayout | None = None,
         warm: int = 2,
         archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
+        ram_bytes: int | None = None,
+        logs: InstanceLogs | None = None,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
-        ``archive_limits``: how much a code package may unpack to."""
+        ``archive_limits``: how much a code package may unpack to; ``ram_bytes``: the memory
+        limit of an instance without ``resources.ram`` (None: none); ``logs``: where each
+        instance logs (None: to the worker's stderr)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -359,6 +442,8 @@ class ProcessRuntime:
         self.state = state
         self.warm = warm
         self.archive_limits = archive_limits
+        self.ram_bytes = ram_bytes
+        self.logs = logs
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -368,6 +453,10 @@ class ProcessRuntime:
         self._closed = False
         self._refill = threading.Event()
         self._refiller: threading.Thread | None = None
+        # in memory where there is a tmpfs: the record is written for every message
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._in_flight_dir = tempfile.mkdtemp(prefix="magnetar-in-flight-", dir=shm)
+        self._in_flight_files = itertools.count()
 
     def prepare(self) -> None:
         """Start the fork server, and a thread that keeps ``warm`` processes started (one
@@ -396,6 +485,7 @@ class ProcessRuntime:
             if entry.process.is_alive():
                 entry.process.kill()
                 entry.process.join(1)
+        shutil.rmtree(self._in_flight_dir, ignore_errors=True)
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         process_spec = InstanceProcessSpec(
@@ -407,6 +497,10 @@ class ProcessRuntime:
             function_version=str(spec.version),
             state=self.state.options(spec) if self.state is not None else None,
             archive_limits=self.archive_limits,
+            in_flight_path=os.path.join(self._in_flight_dir, str(next(self._in_flight_files))),
+            earlier_crashes=dict(spec.earlier_crashes),
+            ram_bytes=(spec.config.resources or {}).get("ram") or self.ram_bytes,
+            **(self.logs.spec_fields(spec) if self.logs is not None else {}),
         )
         handle = self._hand_over(process_spec, spec.key)
         self._refill.set()
@@ -433,7 +527,10 @@ class ProcessRuntime:
                 entry.pipe.close()
                 entry.process.join(1)
         entry.process.name = f"magnetar-instance {key}"
-        return _ProcessHandle(entry.process, entry.pipe)
+        assert process_spec.in_flight_path is not None
+        return _ProcessHandle(
+            entry.process, entry.pipe, process_spec.in_flight_path, process_spec.ram_bytes
+        )
 
     def _keep_warm(self) -> None:
         while True:
@@ -521,6 +618,13 @@ class _ThreadHandle:
         error = self._instance.error
         return "" if error is None else f"{type(error).__name__}: {error}"
 
+    def in_flight(self) -> InFlight | None:
+        """Not recorded: a thread does not die alone."""
+        return None
+
+    def enforce_limits(self) -> None:
+        """A thread's memory cannot be told from the worker's: no limit."""
+
 
 class ThreadRuntime:
     """Instances on threads of the worker process, sharing the worker's pulsar client.
@@ -590,12 +694,17 @@ def make_runtime(
     state: StateLayout | None = None,
     warm: int = 2,
     archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
+    ram_bytes: int | None = None,
+    logs: InstanceLogs | None = None,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``: processes the process runtime
-    keeps ready; ``archive_limits``: how much a code package may unpack to."""
+    keeps ready; ``archive_limits``: how much a code package may unpack to; ``ram_bytes``:
+    the process runtime's limit for instances without ``resources.ram``."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state, warm, archive_limits)
+        return ProcessRuntime(
+            broker_url, worker_id, log_level, state, warm, archive_limits, ram_bytes, logs
+        )
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")

@@ -34,6 +34,8 @@ _RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
 _DRAINING = "stopping: finishing its in-flight messages"
+_REMEMBERED_CRASHES = 100
+"""Messages an instance died on, remembered at most."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class _Instance:
     crashes: deque[ExceptionInfo] = field(default_factory=lambda: deque(maxlen=_LATEST_EXCEPTIONS))
     last_snapshot: MetricsSnapshot | None = None
     """The last report of the run that crashed, shown until the next run reports."""
+    earlier_crashes: dict[str, int] = field(default_factory=dict)
+    """Messages runs died on (``message_key`` -> deaths), for the next run to fail them."""
 
 
 @dataclass(eq=False)
@@ -90,6 +94,7 @@ class _Retired:
     handle: RuntimeHandle
     reason: str
     kill_at: float
+    asked_at: float
 
 
 class RuntimeManager:
@@ -101,14 +106,17 @@ class RuntimeManager:
         worker_id: str,
         restart_backoff: BackoffPolicy | None = None,
         liveness_interval_s: float = 0.5,
-        stop_timeout_s: float = 45.0,
+        stop_timeout_s: float = 10.0,
+        busy_warning_s: float = 5.0,
     ) -> None:
+        """``stop_timeout_s``: how long a retired instance may drain before it is killed;
+        ``busy_warning_s``: from how long in user code on one message the status says so."""
         self.runtime = runtime
         self.worker_id = worker_id
         self.restart_backoff = restart_backoff or BackoffPolicy()
         self.liveness_interval_s = liveness_interval_s
-        # longer than an instance's own drain timeout (30 s), so a drain is never cut short
         self.stop_timeout_s = stop_timeout_s
+        self.busy_warning_s = busy_warning_s
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._instances: dict[str, _Instance] = {}
@@ -128,15 +136,20 @@ class RuntimeManager:
             self._thread.start()
         return self
 
-    def stop(self, drain: bool = True) -> None:
-        """Stop every instance (``drain``: finish in-flight messages), then the supervisor."""
+    def stop(self, drain: bool = True, timeout_s: float | None = None) -> None:
+        """Stop every instance (``drain``: finish in-flight messages, for at most
+        ``timeout_s``, by default ``stop_timeout_s``; then it is killed), then the supervisor.
+        Instances still stopping from before are killed by then too."""
         with self._lock:
             if not self._closing:
                 log.info("stopping all %d instances: the worker is stopping", len(self._instances))
             self._closing = True
             now = time.monotonic()
+            kill_at = now + (self.stop_timeout_s if timeout_s is None else timeout_s)
             for slot in self._instances.values():
-                self._retire(slot, "the worker is stopping", now, drain)
+                self._retire(slot, "the worker is stopping", now, drain, kill_at)
+            for retired in self._retired:
+                retired.kill_at = min(retired.kill_at, kill_at)
             self._instances.clear()
         self._wake.set()
 
@@ -200,6 +213,7 @@ class RuntimeManager:
                 restart_requested=True,
                 num_crashes=slot.num_crashes,
                 crashes=slot.crashes,
+                earlier_crashes=slot.earlier_crashes,
             )
         self._wake.set()
         return True
@@ -261,6 +275,8 @@ class RuntimeManager:
         error = snapshot.error
         if not error and not running and slot.failures:
             error = slot.crashes[-1].exception_string
+        if not error and running and handle is not None:
+            error = self._busy(handle)
         # the crashes (which the instance cannot report itself) join its system exceptions
         exceptions = sorted(
             [*snapshot.latest_system_exceptions, *slot.crashes], key=lambda e: e.timestamp_ms
@@ -274,6 +290,17 @@ class RuntimeManager:
             system_exceptions=snapshot.system_exceptions + slot.num_crashes,
             latest_system_exceptions=exceptions[-_LATEST_EXCEPTIONS:],
         )
+
+    def _busy(self, handle: RuntimeHandle) -> str:
+        """What the status says of a message user code has had too long ('' if none): the
+        instance cannot report it itself, its only thread being in user code."""
+        in_flight = handle.in_flight()
+        if in_flight is None:
+            return ""
+        busy_s = time.time() - in_flight.entered_at
+        if busy_s < self.busy_warning_s:
+            return ""
+        return f"{in_flight.description} in user code for {busy_s:.0f} s"
 
     # --- the supervisor -------------------------------------------------------------------
 
@@ -309,15 +336,25 @@ class RuntimeManager:
                 timeout = min(timeout, slot.start_at - now)
         return max(0.0, timeout)
 
-    def _retire(self, slot: _Instance, reason: str, now: float, drain: bool = True) -> None:
-        """Ask a slot's instance to stop; the supervisor watches it until it has exited."""
+    def _retire(
+        self,
+        slot: _Instance,
+        reason: str,
+        now: float,
+        drain: bool = True,
+        kill_at: float | None = None,
+    ) -> None:
+        """Ask a slot's instance to stop; the supervisor watches it until it has exited, and
+        kills it at ``kill_at`` (by default ``stop_timeout_s`` from now)."""
         handle = slot.handle
         slot.handle = None
         if handle is None:
             return
         log.info("stopping instance %s (%s): %s", slot.spec.key, _where(handle), reason)
         handle.stop(drain)
-        self._retired.append(_Retired(slot.spec.key, handle, reason, now + self.stop_timeout_s))
+        if kill_at is None:
+            kill_at = now + self.stop_timeout_s
+        self._retired.append(_Retired(slot.spec.key, handle, reason, kill_at, now))
 
     def _reap_retired(self) -> None:
         with self._lock:
@@ -332,7 +369,7 @@ class RuntimeManager:
                     "instance %s (%s) did not stop within %.0f s; killing it",
                     entry.key,
                     _where(entry.handle),
-                    self.stop_timeout_s,
+                    entry.kill_at - entry.asked_at,
                 )
                 entry.handle.kill()
                 entry.handle.wait(_KILL_WAIT_S)
@@ -350,13 +387,26 @@ class RuntimeManager:
                 if handle is None:
                     continue
                 if handle.is_alive():
+                    handle.enforce_limits()
                     if slot.failures and now - slot.started_at >= backoff.reset_after_s:
                         log.info("instance %s has run fine since its restart", key)
                         slot.failures = 0
+                        # what it died on was dead-lettered or went through since
+                        slot.earlier_crashes.clear()
                     continue
                 slot.last_snapshot = handle.snapshot()
                 slot.handle = None
                 error = handle.exit_error() or "the instance exited without being asked to"
+                in_flight = handle.in_flight()
+                if in_flight is not None:
+                    crashes = slot.earlier_crashes.get(in_flight.key, 0) + 1
+                    if len(slot.earlier_crashes) >= _REMEMBERED_CRASHES:
+                        slot.earlier_crashes.pop(next(iter(slot.earlier_crashes)))
+                    slot.earlier_crashes[in_flight.key] = crashes
+                    error += (
+                        f" while the function processed {in_flight.description}"
+                        f" (death {crashes} on that message)"
+                    )
                 self._crashed(slot, error, now, _where(handle))
 
     def _crashed(self, slot: _Instance, error: str, now: float, where: str = "") -> None:
@@ -394,7 +444,9 @@ class RuntimeManager:
         handle: RuntimeHandle | None = None
         start_error = ""
         try:
-            handle = self.runtime.start(slot.spec)
+            handle = self.runtime.start(
+                replace(slot.spec, earlier_crashes=dict(slot.earlier_crashes))
+            )
         except Exception as error:
             log.exception("starting instance %s failed", key)
             start_error = f"cannot start the instance: {type(error).__name__}: {error}"

@@ -29,7 +29,7 @@ from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
-from magnetar.worker.runtime import StateLayout, make_runtime
+from magnetar.worker.runtime import InstanceLogs, StateLayout, make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
 from magnetar.worker.system_topics import check_system_topics
@@ -39,6 +39,9 @@ from magnetar.worker.trigger import FunctionTrigger
 __all__ = ["WorkerService"]
 
 log = logging.getLogger(__name__)
+
+_KILL_GRACE_S = 3.0
+"""Beyond the shutdown timeout: for the instances' kills and the REST server to end."""
 
 
 class WorkerService:
@@ -130,6 +133,10 @@ class WorkerService:
             state=StateLayout(state_root, config.system_namespace),
             warm=config.warm_instances,
             archive_limits=admission.limits.archive,
+            ram_bytes=config.instance_ram_bytes,
+            logs=InstanceLogs(
+                config.instance_log_dir, config.instance_log_max_bytes, config.instance_log_backups
+            ),
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)
@@ -139,6 +146,8 @@ class WorkerService:
             BackoffPolicy(
                 initial_s=config.restart_backoff_initial_s, max_s=config.restart_backoff_max_s
             ),
+            stop_timeout_s=config.instance_stop_timeout_s,
+            busy_warning_s=config.busy_warning_s,
         )
         self.reconciler = InstanceReconciler(
             config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
@@ -274,15 +283,21 @@ class WorkerService:
         (gracefully with ``drain``), then everything else."""
         if self._stopped.is_set():
             return
+        # the instances first: their drain runs while the rest stops, within the timeout
+        self.runtime.stop(drain=drain, timeout_s=self.config.shutdown_timeout_s)
         self.membership.stop()
         self.leader.stop()
         self.reconciler.stop()
-        self.runtime.stop(drain=drain)
-        self.runtime.wait(60)
+        # killed at the timeout; the wait after that is for the kills to take
+        if not self.runtime.wait(self.config.shutdown_timeout_s + _KILL_GRACE_S):
+            log.error(
+                "worker %s: instances still running after the shutdown timeout",
+                self.config.worker_id,
+            )
         if self._server is not None:
             self._server.should_exit = True
         if self._http_thread is not None:
-            self._http_thread.join(10)
+            self._http_thread.join(_KILL_GRACE_S)
         self.assignments.stop()
         self.metadata.stop()
         self.state.stop()

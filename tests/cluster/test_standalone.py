@@ -14,6 +14,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
+import pulsar
 
 from magnetar.broker import find_free_port
 from magnetar.cli.worker import BROKER_PORT, HTTP_PORT
@@ -146,3 +147,66 @@ def test_standalone_says_which_ports_it_picks_when_the_usual_ones_are_taken(
     # a normal start says nothing alarming: the client library's expected errors are quiet
     assert "ERROR" not in output and "WARNING" not in output, output
     assert "getLastMessageId" not in output
+
+
+STUCK = """
+import time
+
+def process(input):
+    time.sleep(3600)
+"""
+
+
+def test_ctrl_c_stops_standalone_within_10_s_whatever_user_code_does(tmp_path: Path) -> None:
+    port, broker_port = free_ports(3), find_free_port()
+    process = subprocess.Popen(
+        [
+            *MAGNETAR,
+            "standalone",
+            "--workers",
+            "3",
+            "--http-port",
+            str(port),
+            "--broker-port",
+            str(broker_port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    status_url = f"{url}/admin/v3/functions/public/default/stuck/status"
+    try:
+        wait_until(lambda: all(ready(f"http://127.0.0.1:{port + i}") for i in range(3)), 60, "up")
+        created = httpx.post(
+            f"{url}/admin/v3/functions/public/default/stuck",
+            data={"functionConfig": json.dumps({"inputs": ["naps"], "parallelism": 3})},
+            files={"data": ("stuck.py", STUCK.encode())},
+            timeout=30,
+        )
+        assert created.status_code == 204, created.text
+        wait_until(lambda: httpx.get(status_url).json()["numRunning"] == 3, 30, "running")
+        client = pulsar.Client(f"pulsar://127.0.0.1:{broker_port}")
+        try:
+            producer = client.create_producer("naps")
+            for index in range(6):
+                producer.send(f"nap-{index}".encode())
+        finally:
+            client.close()
+
+        def asleep() -> int:
+            instances = httpx.get(status_url).json()["instances"]
+            return sum("in user code for" in instance["status"]["error"] for instance in instances)
+
+        wait_until(lambda: asleep() >= 1, 30, "an instance asleep in user code")
+    except BaseException:
+        process.kill()
+        raise
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    took = time.monotonic() - started
+    assert took < 10, f"{took:.1f} s\n{output}"
+    assert process.returncode == 0, output

@@ -297,6 +297,28 @@ def test_memory_limit_fails_the_message_not_the_instance(
     assert error == "the function exceeded the JavaScript heap limit of 64 MiB"
 
 
+def test_a_script_whose_globals_fill_its_heap_stops_out_of_memory(
+    client: pulsar.Client, run_function: RunFunction, topic: str, script: Script
+) -> None:
+    path = script(
+        """
+        var keep = [];
+        function process(input) {
+          for (let i = 0; i < 20; i++) keep.push(new Array(100000).fill(input));
+          return input;
+        }
+        """
+    )
+    produce(client, topic, [f"m{i}" for i in range(40)])
+    instance = run_function(js=path, inputs=[topic], resources={"ram": 64 * 1024 * 1024})
+    wait_for(lambda: instance.wait(0), timeout=30)
+    error = status(instance)["error"]
+    assert error.startswith("InstanceError: out of memory: the JavaScript heap of "), error
+    assert "limit of 64 MiB (resources.ram): the script keeps too much in global variables" in (
+        error
+    )
+
+
 def test_no_host_access(
     client: pulsar.Client, run_function: RunFunction, topic: str, script: Script
 ) -> None:

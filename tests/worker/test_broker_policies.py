@@ -25,6 +25,7 @@ import pytest
 from magnetar.broker import find_free_port
 from magnetar.instance import FunctionConfig
 from magnetar.instance.config import ProcessingGuarantees
+from magnetar.instance.in_flight import InFlight
 from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.worker.broker_admin import BrokerAdmin
 from magnetar.worker.broker_policies import (
@@ -340,6 +341,11 @@ class StartedHandle:
 
     def exit_error(self) -> str:
         return ""
+
+    def in_flight(self) -> InFlight | None:
+        return None
+
+    def enforce_limits(self) -> None: ...
 
 
 class RecordingRuntime:

@@ -54,3 +54,19 @@ def test_admission_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("MAGNETAR_MAX_PARALLELISM", "0")
     with pytest.raises(WorkerConfigError, match="max_parallelism: Input should be greater than"):
         load_worker_config()
+
+
+def test_instance_limits_have_defaults_and_name_a_bad_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_worker_config(data_dir=tmp_path)
+    assert config.instance_ram_bytes == 1024**3
+    assert (config.shutdown_timeout_s, config.instance_stop_timeout_s) == (5.0, 10.0)
+    assert config.instance_log_dir == tmp_path / "logs"
+    monkeypatch.setenv("MAGNETAR_INSTANCE_RAM_BYTES", "268435456")
+    monkeypatch.setenv("MAGNETAR_SHUTDOWN_TIMEOUT_S", "2")
+    config = load_worker_config()
+    assert (config.instance_ram_bytes, config.shutdown_timeout_s) == (268435456, 2.0)
+    monkeypatch.setenv("MAGNETAR_INSTANCE_RAM_BYTES", "-1")
+    with pytest.raises(WorkerConfigError, match="instance_ram_bytes"):
+        load_worker_config()

@@ -189,13 +189,21 @@ class ScriptEngine:
         """After the heap limit stopped a call: free what the call left behind, and fail the
         instance if the script itself keeps (almost) the limit alive."""
         assert self._racer is not None
-        self._racer.low_memory_notification()
-        used = int(self._racer.heap_stats()["used_heap_size"])
+        limit_mib = self.memory_limit_bytes // (1024 * 1024)
+        try:
+            self._racer.low_memory_notification()
+            used = int(self._racer.heap_stats()["used_heap_size"])
+        except ValueError:  # an exhausted isolate answers nothing at all (not even JSON)
+            raise InstanceError(
+                f"out of memory: the JavaScript heap of {self.filename} is exhausted at its "
+                f"limit of {limit_mib} MiB (resources.ram): the script keeps too much in global "
+                "variables"
+            ) from None
         if used > self.memory_limit_bytes * _HEAP_LEFT_AFTER_GC:
             raise InstanceError(
-                f"the JavaScript heap of {self.filename} holds {used // (1024 * 1024)} MiB after "
-                f"garbage collection, near its limit of {self.memory_limit_bytes // (1024 * 1024)} "
-                "MiB: the script keeps too much in global variables"
+                f"out of memory: the JavaScript heap of {self.filename} holds "
+                f"{used // (1024 * 1024)} MiB after garbage collection, near its limit of "
+                f"{limit_mib} MiB (resources.ram): the script keeps too much in global variables"
             )
 
     def close(self) -> None:

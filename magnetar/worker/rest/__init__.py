@@ -12,6 +12,7 @@ from magnetar.worker.rest.errors import install_error_handlers
 from magnetar.worker.rest.functions import functions_router
 from magnetar.worker.rest.instances import instances_router
 from magnetar.worker.rest.limits import BodyLimit
+from magnetar.worker.rest.logs import logs_router
 from magnetar.worker.rest.metrics import metrics_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
 from magnetar.worker.rest.state import state_router
@@ -37,6 +38,7 @@ def create_app(services: RestServices) -> FastAPI:
     app.include_router(cluster_router)
     # before the functions' routes, whose /{instance_id}/... paths would take /state/...
     app.include_router(state_router)
+    app.include_router(logs_router)
     app.include_router(functions_router)
     app.include_router(download_router)
     app.include_router(instances_router)

@@ -1,0 +1,251 @@
+"""What user code can do to its instance process, and what the worker makes of it: a message
+that kills the process is that message's failure (retried, then dead-lettered)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from magnetar.instance.instance_log import instance_log_path
+from magnetar.worker.runtime import InstanceLogs, ProcessRuntime
+from magnetar.worker.runtime_manager import BackoffPolicy
+from tests.integration.conftest import collect, produce, wait_for
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    receive_until,
+)
+
+FAST_RESTARTS = BackoffPolicy(initial_s=0.2, max_s=1.0)
+
+KILLER = """
+import os
+
+def process(input):
+    if input == "poison":
+        os._exit(1)
+    return input + "!"
+"""
+
+
+def write_function(tmp_path: Path, source: str, name: str = "user_fn") -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return str(path)
+
+
+def test_a_message_that_kills_its_process_goes_to_the_dead_letter_topic(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    dead_letters = f"{topic}-dlq"
+    config = function_config(
+        py=write_function(tmp_path, KILLER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        dead_letter_topic=dead_letters,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+    produce(client, topic, ["a", "b", "poison", "c", "d"])
+
+    # it died twice on the message (the first attempt and its one retry), then went on
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    (dead,) = collect(client, dead_letters, 1)
+    assert dead.data() == b"poison"
+    assert dead.properties()["REAL_TOPIC"] == f"persistent://public/default/{topic}"
+    # at-least-once: an output may come twice (its input was not yet acknowledged at a death)
+    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!", "d!"})
+    assert set(outputs) == {"a!", "b!", "c!", "d!"}
+    status = manager.status(key)
+    assert status is not None
+    assert status.num_restarts == 2
+    crashes = [e.exception_string for e in status.latest_system_exceptions]
+    assert len(crashes) == 2, crashes
+    origin = dead.properties()["ORIGIN_MESSAGE_ID"]
+    assert crashes[-1] == (
+        "the instance process exited with code 1 while the function processed message "
+        f"{origin} from persistent://public/default/{topic} (death 2 on that message)"
+    )
+    produce(client, topic, ["e"])
+    # (pulsar-lite may hand "e" to a consumer of a dead process until its healer restarts it)
+    assert "e!" in receive_until(client, f"{topic}-out", {"e!"}, timeout=30)
+
+
+def test_ordered_inputs_wait_behind_a_message_that_kills_its_process(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    config = function_config(
+        py=write_function(tmp_path, KILLER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        retain_ordering=True,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+    produce(client, topic, ["a", "poison", "b", "c"])
+
+    # no dead-letter topic: the clients' default one
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    subscription = config.fqfn.replace("/", "-")
+    (dead,) = collect(client, f"persistent://public/default/{topic}-{subscription}-DLQ", 1)
+    assert dead.data() == b"poison"
+    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!"})
+    assert list(dict.fromkeys(outputs)) == ["a!", "b!", "c!"]  # in order, "a!" maybe twice
+
+
+LEAKER = """
+leaked = []
+
+def process(input):
+    leaked.append(b"x" * (32 * 1024 * 1024))
+    return input + "!"
+"""
+
+
+def test_an_instance_over_its_resources_ram_is_killed_and_says_so(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    ram = 256 * 1024 * 1024
+    config = function_config(
+        py=write_function(tmp_path, LEAKER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": ram},
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+    produce(client, topic, [f"m{i}" for i in range(12)])
+
+    def killed() -> list[str]:
+        status = manager.status(key)
+        assert status is not None
+        return [
+            e.exception_string
+            for e in status.latest_system_exceptions
+            if e.exception_string.startswith("out of memory")
+        ]
+
+    wait_for(lambda: bool(killed()), timeout=30)
+    assert killed()[0].startswith(f"out of memory: over resources.ram {ram} bytes (it held ")
+    # each run is killed before it holds much more than its limit, and it runs again
+    wait_for(lambda: key in manager.running_keys())
+    pid = manager.pid(key)
+    assert pid is not None
+
+
+PRINTER = """
+import sys
+
+def process(input, context):
+    print("printed " + input + " " + "p" * 4000)
+    print("to stderr " + input, file=sys.stderr)
+    context.get_logger().info("logged %s", input)
+    return input + "!"
+"""
+
+
+def test_what_an_instance_prints_goes_to_its_own_rotated_log_file(
+    client: pulsar.Client,
+    broker_url: str,
+    start_manager: StartManager,
+    topic: str,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    logs = InstanceLogs(tmp_path / "logs", max_bytes=64 * 1024, backups=1)
+    config = function_config(py=write_function(tmp_path, PRINTER), inputs=[topic])
+    specs = instance_specs(config)
+    manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, logs=logs))
+    manager.apply(specs)
+    produce(client, topic, [f"m{i}" for i in range(60)])
+    wait_for(lambda: sum(s.processed for s in manager.statuses().values()) == 60)
+
+    log = instance_log_path(tmp_path / "logs", config.fqfn, 0)
+    assert log == tmp_path / "logs/functions/public/default" / config.name / f"{config.name}-0.log"
+    wait_for(lambda: "logged m59" in log.read_text())
+    text = log.read_text()
+    assert "printed m59 ppp" in text and "to stderr m59" in text
+    assert "INFO magnetar.function." in text  # the function's logger, with its format
+    # 60 prints of 4 KB: rolled over, one older file kept, each within the bound
+    files = sorted(path.name for path in log.parent.iterdir())
+    assert files == [log.name, f"{log.name}.1"]
+    assert all(path.stat().st_size <= 64 * 1024 + 8 * 1024 for path in log.parent.iterdir())
+    # and nothing of it in the worker's own output
+    captured = capfd.readouterr()
+    assert "printed m" not in captured.out + captured.err
+    assert "logged m" not in captured.out + captured.err
+
+
+SLEEPER = """
+import time
+
+def process(input):
+    if input == "nap":
+        time.sleep(3600)
+    return input + "!"
+"""
+
+
+def test_status_names_a_message_user_code_has_had_too_long(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    config = function_config(py=write_function(tmp_path, SLEEPER), inputs=[topic])
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(busy_warning_s=1.0, stop_timeout_s=1.0)
+    manager.apply(specs)
+    produce(client, topic, ["a", "nap"])
+
+    def error() -> str:
+        status = manager.status(key)
+        return status.error if status is not None else ""
+
+    wait_for(lambda: "in user code" in error())
+    assert re.fullmatch(
+        rf"message \d+:\d+:-?\d+(:\d+)? from persistent://public/default/{topic} "
+        r"in user code for \d+ s",
+        error(),
+    ), error()
+    status = manager.status(key)
+    assert status is not None and status.running is True
+
+
+HOG = """
+def process(input):
+    if input == "huge":
+        return len(b"x" * (4 * 1024 * 1024 * 1024))
+    return input + "!"
+"""
+
+
+def test_an_allocation_beyond_resources_ram_fails_that_message_with_memory_error(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    config = function_config(
+        py=write_function(tmp_path, HOG),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": 256 * 1024 * 1024},
+        max_message_retries=1,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager()
+    manager.apply(specs)
+    produce(client, topic, ["a", "huge", "b"])
+
+    assert set(receive_until(client, f"{topic}-out", {"a!", "b!"})) == {"a!", "b!"}
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    status = manager.status(key)
+    assert status is not None and status.running is True and status.num_restarts == 0
+    assert status.latest_user_exceptions[0].exception_string == (
+        "MemoryError: out of memory (the instance is limited by resources.ram)"
+    )
