@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
+
 __all__ = ["InstanceOptions"]
 
 
@@ -57,3 +59,5 @@ class InstanceOptions:
     default, the clear-text one, when None."""
     secrets_provider_config: Any = None
     """What the secrets provider's ``init`` is given."""
+    publish_policy: PublishPolicy = ANYWHERE
+    """Where ``context.publish`` may reach (see ``publish_policy``); anywhere by default."""

@@ -22,10 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
+
 if TYPE_CHECKING:
     import pulsar
 
     from magnetar.client import Connection
+    from magnetar.instance.privileges import InstanceUser
     from magnetar.statestore import StateOptions
 
 __all__ = ["InstanceExit", "InstanceProcessSpec", "run_instance_process", "signals_blocked"]
@@ -59,6 +62,11 @@ class InstanceProcessSpec:
     """The secrets provider (Apache's default when None)."""
     secrets_provider_config: Any = None
     """What the secrets provider's ``init`` is given."""
+    user: InstanceUser | None = None
+    """The OS user the process runs as and its directory (already taken by the process
+    runtime before this runs); None: the starter's user, the code unpacked beside it."""
+    publish_policy: PublishPolicy = ANYWHERE
+    """Where ``context.publish`` may reach."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ def run_instance_process(
             function_version=spec.function_version,
             secrets_provider_classname=spec.secrets_provider_classname,
             secrets_provider_config=spec.secrets_provider_config,
+            publish_policy=spec.publish_policy,
             # asked of the broker only where it matters (a connection's round trip)
             broker_may_deduplicate=(
                 may_deduplicate(spec.broker_url)
@@ -139,7 +148,14 @@ def run_instance_process(
                     config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
                 ),
             )
-        instance = FunctionInstance(config, client, options, state=state, on_metrics=reports.put)
+        instance = FunctionInstance(
+            config,
+            client,
+            options,
+            state=state,
+            on_metrics=reports.put,
+            work_dir=spec.user.work_dir / "code" if spec.user is not None else None,
+        )
         if not stopping.is_set():  # a stop that came during start-up ends it here
             instance.run()
     except Exception as failure:

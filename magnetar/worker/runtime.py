@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import multiprocessing
 import multiprocessing.forkserver
@@ -31,20 +32,25 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection as _Pipe
+from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
 import pulsar
 
-from magnetar.client import create_client
+from magnetar.client import Connection, create_client
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.metrics import MetricsSnapshot
+from magnetar.instance.privileges import drop_privileges, instance_environment
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
+from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
+from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.model import instance_key
 
 __all__ = [
@@ -79,6 +85,11 @@ class InstanceSpec:
     worker's disk."""
     version: int
     """Version of the function record the spec comes from."""
+    connection: Connection | None = None
+    """How the instance authenticates to the broker: its function's own credentials (None:
+    without any, as with authentication off)."""
+    publish_policy: PublishPolicy = ANYWHERE
+    """Where its ``context.publish`` may reach."""
 
     @property
     def key(self) -> str:
@@ -171,6 +182,24 @@ _PRELOADED = ("magnetar.worker.runtime", "magnetar.statestore", "magnetar.instan
 """What the fork server imports once, so that no instance process imports it again."""
 
 
+_fork_server_lock = threading.Lock()
+
+
+def _start_fork_server() -> None:
+    """Start multiprocessing's fork server (once per worker process) with the environment
+    instances may see: a process's exec-time environment stays readable in
+    /proc/<pid>/environ whatever it changes later, and every instance is forked from it."""
+    with _fork_server_lock:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(instance_environment(saved))
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 class _WorkerPipe:
     """The instance process's end of the pipe to its worker.
 
@@ -179,7 +208,7 @@ class _WorkerPipe:
     which is how an orphaned instance notices.
     """
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: _Pipe) -> None:
         self._connection = connection
 
     def receive_spec(self) -> InstanceProcessSpec | None:
@@ -209,21 +238,32 @@ def _name_process(name: str) -> None:
         _PRCTL(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
 
 
-def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
-    """The instance process. It connects to the broker first and then waits for the spec of
-    the instance to run, so a warm process only has to subscribe once it is handed one. It
-    runs ``run_instance_process`` with a lifeline to the worker, so an instance whose worker
-    was killed drains and exits instead of running unsupervised (and twice, once its
-    instances are rescheduled elsewhere)."""
+def _run_instance(broker_url: str, pipe: _WorkerPipe, preconnect: bool) -> None:
+    """The instance process. With ``preconnect`` it connects to the broker (with no
+    credentials) first and then waits for the spec of the instance to run, so a warm process
+    only has to subscribe once it is handed one; a spec with credentials of its own gets a
+    client of its own. Before anything of the function is loaded, the process drops what the
+    worker's environment holds for the worker alone and, when the spec names a user, becomes
+    that user. It runs ``run_instance_process`` with a lifeline to the worker, so an
+    instance whose worker was killed drains and exits instead of running unsupervised (and
+    twice, once its instances are rescheduled elsewhere)."""
     _name_process(WARM_PROCESS_NAME)
     # Ctrl-C reaches the whole process group: the worker decides what stops (a waiting
     # process exits when the worker closes its pipe; an instance sets its own handler).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    client = create_client(broker_url)
+    client = create_client(broker_url) if preconnect else None
     spec = pipe.receive_spec()
-    if spec is None:
-        client.close()
-        return
+    if spec is None or spec.connection is not None:
+        if client is not None:
+            client.close()
+            client = None
+        if spec is None:
+            return
+    scrubbed = instance_environment(os.environ)
+    os.environ.clear()
+    os.environ.update(scrubbed)
+    if spec.user is not None:
+        drop_privileges(spec.user)
     _name_process(INSTANCE_PROCESS_NAME)
 
     def lifeline() -> None:
@@ -241,9 +281,10 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
 class _ProcessHandle:
     """An instance process and the worker's end of its pipe."""
 
-    def __init__(self, process: BaseProcess, reports: Connection) -> None:
+    def __init__(self, process: BaseProcess, reports: _Pipe) -> None:
         self._process = process
-        self._reports: Connection | None = reports
+        self._reports: _Pipe | None = reports
+        self._on_exit: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._snapshot: MetricsSnapshot | None = None
         self._exit: InstanceExit | None = None
@@ -251,6 +292,10 @@ class _ProcessHandle:
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, when the process is first seen dead."""
+        self._on_exit = callback
 
     def stop(self, drain: bool = True) -> None:
         # The instance process drains on SIGTERM; it has no "stop without draining", so
@@ -281,6 +326,9 @@ class _ProcessHandle:
         alive = self._process.is_alive()  # also reaps an exited process
         # read after the check: once it is seen dead, everything it reported has been read
         self._read_reports()
+        if not alive and self._on_exit is not None:
+            on_exit, self._on_exit = self._on_exit, None
+            on_exit()
         return alive
 
     def snapshot(self) -> MetricsSnapshot | None:
@@ -325,7 +373,7 @@ class _IdleProcess:
     """A started instance process waiting for its spec, and the worker's end of its pipe."""
 
     process: BaseProcess
-    pipe: Connection
+    pipe: _Pipe
 
 
 class ProcessRuntime:
@@ -346,8 +394,14 @@ class ProcessRuntime:
         log_level: int = logging.INFO,
         state: StateLayout | None = None,
         warm: int = 2,
+        isolation: InstanceIsolation | None = None,
+        preconnect: bool = True,
     ) -> None:
-        """``warm``: processes kept ready for the next instances (0: start each on demand)."""
+        """``warm``: processes kept ready for the next instances (0: start each on demand);
+        ``isolation``: run each instance as a user of its own, in a directory of its own
+        (the worker must be root); ``preconnect``: warm processes connect to the broker
+        before they know their instance (only without credentials: with authentication on,
+        an instance connects with its function's)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -355,6 +409,8 @@ class ProcessRuntime:
         self.log_level = log_level
         self.state = state
         self.warm = warm
+        self.isolation = isolation
+        self.preconnect = preconnect
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -368,7 +424,7 @@ class ProcessRuntime:
     def prepare(self) -> None:
         """Start the fork server, and a thread that keeps ``warm`` processes started (one
         taken is replaced in the background: starting it is never on an instance's way)."""
-        multiprocessing.forkserver.ensure_running()
+        _start_fork_server()
         if self.warm and self._refiller is None:
             self._refiller = threading.Thread(
                 target=self._keep_warm, name="warm-instances", daemon=True
@@ -394,16 +450,39 @@ class ProcessRuntime:
                 entry.process.join(1)
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        config, state = spec.config, self.state.options(spec) if self.state is not None else None
+        user = None
+        if self.isolation is not None:
+            code_field = "js" if config.is_javascript else "py"
+            package = Path(getattr(config, code_field))
+            user = self.isolation.claim(spec.fqfn, spec.instance_id, package)
+            # its own copy of the code, and its state in its own directory
+            config = config.model_copy(
+                update={code_field: str(user.work_dir / "package" / package.name)}
+            )
+            if state is not None:
+                state = replace(state, directory=str(user.work_dir / "state"))
         process_spec = InstanceProcessSpec(
-            config_json=spec.config.model_dump_json(by_alias=True, exclude_none=True),
+            config_json=config.model_dump_json(by_alias=True, exclude_none=True),
             broker_url=self.broker_url,
             instance_id=spec.instance_id,
             log_level=self.log_level,
             worker_id=self.worker_id,
             function_version=str(spec.version),
-            state=self.state.options(spec) if self.state is not None else None,
+            state=state,
+            connection=spec.connection,
+            user=user,
+            publish_policy=spec.publish_policy,
         )
-        handle = self._hand_over(process_spec, spec.key)
+        isolation = self.isolation
+        try:
+            handle = self._hand_over(process_spec, spec.key)
+        except BaseException:
+            if isolation is not None and user is not None:
+                isolation.release(user.uid)
+            raise
+        if isolation is not None and user is not None:
+            handle.on_exit(functools.partial(isolation.release, user.uid))
         self._refill.set()
         return handle
 
@@ -461,7 +540,7 @@ class ProcessRuntime:
         worker_end, process_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_run_instance,
-            args=(self.broker_url, _WorkerPipe(process_end)),
+            args=(self.broker_url, _WorkerPipe(process_end), self.preconnect),
             name="magnetar-instance (warm)",
             # a worker that exits without stopping its instances still takes them along
             daemon=True,
@@ -549,6 +628,7 @@ class ThreadRuntime:
             instance_id=spec.instance_id,
             worker_id=self.worker_id,
             function_version=str(spec.version),
+            publish_policy=spec.publish_policy,
         )
         state = None
         if self.state is not None:
@@ -578,12 +658,19 @@ def make_runtime(
     log_level: int = logging.INFO,
     state: StateLayout | None = None,
     warm: int = 2,
+    isolation: InstanceIsolation | None = None,
+    preconnect: bool = True,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
-    with ``state``, instances get a state store; ``warm``: processes the process runtime
-    keeps ready."""
+    with ``state``, instances get a state store; ``warm``, ``isolation`` and ``preconnect``:
+    see ``ProcessRuntime`` (the thread runtime cannot isolate: it refuses ``isolation``)."""
     if name == "process":
-        return ProcessRuntime(broker_url, worker_id, log_level, state, warm)
+        return ProcessRuntime(broker_url, worker_id, log_level, state, warm, isolation, preconnect)
+    if isolation is not None:
+        raise ValueError(
+            "the thread runtime runs functions inside the worker and cannot isolate them: "
+            "use the process runtime, or turn instance isolation off"
+        )
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")

@@ -11,13 +11,16 @@ change itself, with the caller's token that came along.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from magnetar.worker.exceptions import AuthorizationError
+from magnetar.worker.function_auth import FunctionAuthData
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
-__all__ = ["authorize_request", "caller_role", "not_authorized"]
+__all__ = ["authorize_request", "caller_auth_data", "caller_role", "not_authorized"]
 
 _OPEN_PATHS = frozenset({"/version", "/metrics", "/admin/v2/worker/cluster/leader/ready"})
 _TENANT_PATHS = ("/admin/v3/functions/", "/admin/v2/namespaces/")
@@ -60,3 +63,13 @@ def caller_role(request: Request) -> str | None:
     """The authenticated role of this request; None when authentication is off."""
     role: str | None = getattr(request.state, "role", None)
     return role
+
+
+def caller_auth_data(request: Request) -> dict[str, Any] | None:
+    """The caller's role and token, to keep with a function it submits (``function_auth``);
+    None when authentication is off."""
+    role = caller_role(request)
+    if role is None:
+        return None
+    authorization = request.headers.get("authorization")
+    return FunctionAuthData.from_authorization(role, authorization).to_json()

@@ -4,6 +4,7 @@ to."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Body, Query, Request
 from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
-from magnetar.worker.rest.auth import caller_role, not_authorized
+from magnetar.worker.rest.auth import caller_auth_data, caller_role, not_authorized
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import call_leader, leader
 from magnetar.worker.rest.peers import services as _services
@@ -132,6 +133,9 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
             services.auth.authorizer.require_tenant(role, forwarded.fqfn.split("/", 1)[0])
         except AuthorizationError:
             raise not_authorized("/admin/v3/functions/", "POST") from None
+    if forwarded.auth_data is not None:
+        # the credentials kept are the forwarded caller's own, whatever the body claims
+        forwarded = replace(forwarded, auth_data=caller_auth_data(request))
     return {"version": services.functions.apply_forwarded(forwarded)}
 
 

@@ -1,0 +1,156 @@
+"""Instance isolation on a worker that runs as root: an OS user and a directory per instance.
+
+Each running instance gets a uid (and the gid of the same number) of its own from
+``instance_uids``, none of them with a passwd entry. A uid per *instance* rather than per
+tenant: two instances never share a user, so none can read another's directory, signal it or
+read its ``/proc`` files, whichever tenants they belong to (a per-tenant user would let one
+function of a tenant read the state and credentials of the tenant's other functions, which
+another role may have submitted). The uid is claimed host-wide with a lock file, so several
+workers on one host (``magnetar standalone``) never hand out the same one.
+
+An instance's directory, ``<instance_dir>/<fqfn>/<instance id>`` (mode 0700, owned by its
+uid), holds a copy of its code package, what the package installs, its state database and
+its temporary files; it is kept across restarts (what was installed is found again) and
+removed with the function. The directories above it are searchable but not readable
+(0711), so an instance reaches its own directory and can list nobody's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import stat
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO
+from urllib.parse import quote, unquote
+
+from magnetar.instance.privileges import InstanceUser
+from magnetar.worker.exceptions import WorkerConfigError
+
+__all__ = ["InstanceIsolation", "parse_uid_range", "secure_directory"]
+
+log = logging.getLogger(__name__)
+
+_LOCKS = Path(tempfile.gettempdir()) / "magnetar-instance-uids"
+"""Where workers of this host claim uids (one lock file per uid, locked while it runs)."""
+
+
+def parse_uid_range(text: str) -> range:
+    """The uids of ``FIRST-LAST`` (``instance_uids``); ValueError says what is wrong."""
+    first, _, last = text.partition("-")
+    try:
+        uids = range(int(first), int(last) + 1)
+    except ValueError:
+        raise ValueError(f"must be FIRST-LAST (such as 400000-465535), got {text!r}") from None
+    if not 0 < uids.start < uids.stop <= 2**32 - 1:
+        raise ValueError(f"must be uids above 0 with FIRST <= LAST, got {text!r}")
+    return uids
+
+
+def secure_directory(path: Path, mode: int = 0o700) -> None:
+    """Create ``path`` if needed and make it ``mode`` (not world-readable). Refuses one that
+    another user owns, or a symbolic link (in a shared temp dir, someone else's trap)."""
+    path.mkdir(parents=True, exist_ok=True)
+    found = path.lstat()
+    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.geteuid():
+        raise WorkerConfigError(
+            f"{path} belongs to another user (uid {found.st_uid}) or is a symbolic link: "
+            "remove it, or choose another directory"
+        )
+    path.chmod(mode)
+
+
+class InstanceIsolation:
+    """Hands out instance users and prepares their directories (see the module doc)."""
+
+    def __init__(self, root: Path, uids: range, locks: Path = _LOCKS) -> None:
+        self.root = root
+        self._uids = uids
+        self._locks = locks
+        self._lock = threading.Lock()
+        self._claimed: dict[int, IO[str]] = {}
+        secure_directory(root, 0o711)
+        secure_directory(locks)
+
+    def claim(self, fqfn: str, instance_id: int, package: Path) -> InstanceUser:
+        """A uid of its own for one instance of ``fqfn``, and its directory holding a copy
+        of ``package`` (at ``<work_dir>/package/<name>``), owned by that uid."""
+        work_dir = self.root / quote(fqfn, safe="") / str(instance_id)
+        work_dir.parent.mkdir(mode=0o711, exist_ok=True)
+        work_dir.mkdir(mode=0o700, exist_ok=True)
+        uid = self._claim_uid(work_dir.stat().st_uid)
+        try:
+            copy = work_dir / "package" / package.name
+            if not _same_file(copy, package):
+                copy.parent.mkdir(exist_ok=True)
+                shutil.copy2(package, copy)
+            (work_dir / "tmp").mkdir(exist_ok=True)
+            _chown_tree(work_dir, uid)
+            work_dir.chmod(0o700)
+        except BaseException:
+            self.release(uid)
+            raise
+        return InstanceUser(uid, uid, work_dir)
+
+    def release(self, uid: int) -> None:
+        """The instance that ran as ``uid`` has exited: the uid is free again."""
+        with self._lock:
+            lock = self._claimed.pop(uid, None)
+        if lock is not None:
+            lock.close()  # closing the file releases its lock
+
+    def forget(self, existing: set[str]) -> None:
+        """Remove the directories of functions not in ``existing`` (deleted)."""
+        for path in self.root.iterdir():
+            if path.is_dir() and unquote(path.name) not in existing:
+                log.info("removing the instance directories of deleted function %s", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _claim_uid(self, preferred: int) -> int:
+        """A uid no running instance on this host has; ``preferred`` (the directory's owner
+        last time) when it is free."""
+        candidates = list(self._uids)
+        if preferred in candidates:
+            candidates.remove(preferred)
+            candidates.insert(0, preferred)
+        for uid in candidates:
+            with self._lock:
+                if uid in self._claimed:
+                    continue
+            lock = open(self._locks / str(uid), "w")  # noqa: SIM115  # held while it runs
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            with self._lock:
+                self._claimed[uid] = lock
+            return uid
+        raise RuntimeError(
+            f"every uid of instance_uids ({self._uids.start}-{self._uids.stop - 1}) is taken by "
+            "a running instance: widen the range"
+        )
+
+
+def _same_file(copy: Path, original: Path) -> bool:
+    """Whether ``copy`` is a copy of ``original`` still (packages are written once: their
+    size and modification time tell)."""
+    try:
+        a, b = copy.stat(), original.stat()
+    except FileNotFoundError:
+        return False
+    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give ``root`` and everything below it to ``uid`` (what a previous uid left too)."""
+    os.lchown(root, uid, uid)
+    for directory, subdirectories, files in os.walk(root):
+        for name in [*subdirectories, *files]:
+            with contextlib.suppress(FileNotFoundError):
+                os.lchown(os.path.join(directory, name), uid, uid)
