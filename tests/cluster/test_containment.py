@@ -22,6 +22,7 @@ import pytest
 from magnetar.broker import EmbeddedBroker
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_rest_auth import _cli
+from tests.conftest import EXAMPLES
 from tests.integration.conftest import collect, produce
 
 pytestmark = pytest.mark.skipif(
@@ -213,3 +214,40 @@ def test_the_submitters_token_is_kept_but_never_shown(contained: Contained) -> N
     assert shown.status_code == 200
     assert contained.tokens["acme-admin"] not in shown.text
     assert "authData" not in shown.json()
+
+
+def test_a_javascript_function_may_not_publish_to_the_system_namespace(
+    contained: Contained, cluster_client: pulsar.Client
+) -> None:
+    metadata = f"persistent://public/{contained.cluster.namespace}/metadata"
+    config = {
+        "inputs": [f"persistent://acme/prod/in-{uuid.uuid4().hex[:8]}"],
+        "userConfig": {"publish-topic": metadata},
+        "runtime": "JAVASCRIPT",
+    }
+    created = contained.call(
+        "POST",
+        "/admin/v3/functions/acme/prod/js-publisher",
+        "acme-admin",
+        data={"functionConfig": json.dumps(config)},
+        files={"data": ("publish.js", (EXAMPLES / "publish.js").read_bytes())},
+    )
+    assert created.status_code == 204, created.text
+    status_path = "/admin/v3/functions/acme/prod/js-publisher/status"
+    wait_until(
+        lambda: contained.call("GET", status_path, "acme-admin").json()["numRunning"] == 1,
+        30,
+        "js-publisher running",
+    )
+    produce(cluster_client, config["inputs"][0], ["hello"])
+
+    def user_exceptions() -> list[str]:
+        status = contained.call("GET", status_path, "acme-admin").json()
+        (instance,) = status["instances"]
+        return [e["exceptionString"] for e in instance["status"]["latestUserExceptions"]]
+
+    wait_until(lambda: bool(user_exceptions()), 30, "the refused publish reported")
+    assert user_exceptions()[0] == (
+        f"PublishRefusedError: may not publish to {metadata}: public/{contained.cluster.namespace} is the functions "
+        "worker's system namespace"
+    )
