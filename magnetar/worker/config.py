@@ -77,7 +77,8 @@ class WorkerConfig(BaseModel):
     instance on the host; none needs a passwd entry."""
     instance_dir: Path | None = None
     """Where isolated instances get their directories; every directory above it must be
-    searchable by others (o+x). Default: ``<temp dir>/magnetar-instances/<worker_id>``."""
+    searchable by others (o+x), or the instance takes a mount namespace to reach it. Default:
+    ``<temp dir>/magnetar-instances/<worker_id>-<hash of data_dir>``."""
     restart_backoff_initial_s: float = Field(default=0.5, gt=0)
     """First delay before restarting a crashed instance."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)

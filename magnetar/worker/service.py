@@ -5,6 +5,7 @@ Nothing imports this module but the CLI; every manager receives what it needs he
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -315,5 +316,7 @@ def _instance_isolation(config: WorkerConfig) -> InstanceIsolation | None:
     if root is None:
         shared = Path(tempfile.gettempdir()) / "magnetar-instances"
         secure_directory(shared, 0o711)  # the workers' directories are not listed either
-        root = shared / quote(config.worker_id, safe="")
+        # one per data directory: workers of one id in two clusters on a host stay apart
+        data_dir = hashlib.sha256(str(config.data_dir.resolve()).encode()).hexdigest()[:12]
+        root = shared / f"{quote(config.worker_id, safe='')}-{data_dir}"
     return InstanceIsolation(root, parse_uid_range(config.instance_uids))

@@ -5,6 +5,7 @@ topic or another tenant's topic), and its outputs say that each was refused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -84,7 +85,11 @@ class Contained:
         return httpx.request(method, self.worker.url + path, headers=headers, timeout=30, **kwargs)
 
     def instance_dir(self, fqfn: str) -> str:
-        root = Path(tempfile.gettempdir()) / "magnetar-instances" / self.worker.worker_id
+        data_dir = self.cluster.root / self.worker.worker_id
+        digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
+        root = (
+            Path(tempfile.gettempdir()) / "magnetar-instances" / f"{self.worker.worker_id}-{digest}"
+        )
         return str(root / quote(fqfn, safe="") / "0")
 
     def create(self, fqfn: str, role: str) -> str:
@@ -248,6 +253,6 @@ def test_a_javascript_function_may_not_publish_to_the_system_namespace(
 
     wait_until(lambda: bool(user_exceptions()), 30, "the refused publish reported")
     assert user_exceptions()[0] == (
-        f"PublishRefusedError: may not publish to {metadata}: public/{contained.cluster.namespace} is the functions "
-        "worker's system namespace"
+        f"PublishRefusedError: may not publish to {metadata}: "
+        f"public/{contained.cluster.namespace} is the functions worker's system namespace"
     )
