@@ -25,6 +25,7 @@ from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_rest_auth import _cli
 from tests.conftest import EXAMPLES
 from tests.integration.conftest import collect, produce
+from tests.unit.test_code_package import shouting_zip
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0,
@@ -256,3 +257,33 @@ def test_a_javascript_function_may_not_publish_to_the_system_namespace(
         f"PublishRefusedError: may not publish to {metadata}: "
         f"public/{contained.cluster.namespace} is the functions worker's system namespace"
     )
+
+
+def test_an_isolated_instance_installs_its_packages_dependencies_itself(
+    contained: Contained, cluster_client: pulsar.Client, tmp_path: Path
+) -> None:
+    dependency = f"loudness_{uuid.uuid4().hex[:6]}"
+    package = shouting_zip(tmp_path, dependency, f"{dependency}==1.0\n")
+    config = {
+        "inputs": [f"persistent://acme/prod/in-{uuid.uuid4().hex[:8]}"],
+        "output": f"persistent://acme/prod/out-{uuid.uuid4().hex[:8]}",
+        "className": "shout",
+    }
+    created = contained.call(
+        "POST",
+        "/admin/v3/functions/acme/prod/shout",
+        "acme-admin",
+        data={"functionConfig": json.dumps(config)},
+        files={"data": ("shout.zip", package.read_bytes())},
+    )
+    assert created.status_code == 204, created.text
+    status_path = "/admin/v3/functions/acme/prod/shout/status"
+    wait_until(
+        lambda: contained.call("GET", status_path, "acme-admin").json()["numRunning"] == 1,
+        60,
+        "shout running",
+    )
+    produce(cluster_client, config["inputs"][0], ["hey"])
+
+    (shouted,) = collect(cluster_client, config["output"], 1, timeout=60)
+    assert shouted.data() == b"hey!!"
