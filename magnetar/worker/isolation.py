@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote
 from magnetar.instance.privileges import InstanceUser
 from magnetar.worker.exceptions import WorkerConfigError
 
-__all__ = ["InstanceIsolation", "parse_uid_range", "secure_directory"]
+__all__ = ["InstanceIsolation", "parse_uid_range", "readable_by_others", "secure_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,20 @@ def secure_directory(path: Path, mode: int = 0o700) -> None:
             "remove it, or choose another directory"
         )
     path.chmod(mode)
+
+
+def readable_by_others(setting: str | None) -> Path | None:
+    """The file a key setting names (``file:///path`` or a path) when users other than its
+    owner may read it: an instance could then read it too."""
+    if not setting or setting.startswith("data:"):
+        return None
+    path = Path(setting.removeprefix("file://"))
+    try:
+        return (
+            path if path.is_file() and path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH) else None
+        )
+    except OSError:
+        return None
 
 
 class InstanceIsolation:

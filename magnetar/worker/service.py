@@ -26,7 +26,12 @@ from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.function_auth import FunctionAccess
 from magnetar.worker.functions import FunctionManager
-from magnetar.worker.isolation import InstanceIsolation, parse_uid_range, secure_directory
+from magnetar.worker.isolation import (
+    InstanceIsolation,
+    parse_uid_range,
+    readable_by_others,
+    secure_directory,
+)
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
@@ -319,4 +324,11 @@ def _instance_isolation(config: WorkerConfig) -> InstanceIsolation | None:
         # one per data directory: workers of one id in two clusters on a host stay apart
         data_dir = hashlib.sha256(str(config.data_dir.resolve()).encode()).hexdigest()[:12]
         root = shared / f"{quote(config.worker_id, safe='')}-{data_dir}"
+    exposed = readable_by_others(config.token_secret_key)
+    if exposed is not None:
+        log.warning(
+            "the token secret key %s is readable by other users, so by functions too: "
+            "chmod 600 it (and keep it in a directory they cannot search)",
+            exposed,
+        )
     return InstanceIsolation(root, parse_uid_range(config.instance_uids))
