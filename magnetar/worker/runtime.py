@@ -11,7 +11,9 @@ to stop, watch and query it. Two implementations:
   pipe that the handle reads whenever it is asked something; the runtime manager asks every
   liveness interval (a pipe left unread for minutes would make the instance wait on its next
   report). The same pipe is the instance's lifeline: when the worker dies, its instances
-  drain and exit.
+  drain and exit. On a worker running as root each instance process becomes a user of its
+  own, in a directory of its own, before it loads the function (``worker.isolation``,
+  ``instance.privileges``); it connects with its function's credentials, not the worker's.
 * ``ThreadRuntime``: a ``FunctionInstance`` on a thread of the worker process. Cheaper to
   start, but ``timeoutMs`` cannot be enforced (SIGALRM only interrupts the main thread), a
   thread cannot be killed, and user code shares the worker's memory and GIL.
@@ -263,7 +265,11 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe, preconnect: bool) -> None:
     os.environ.clear()
     os.environ.update(scrubbed)
     if spec.user is not None:
-        drop_privileges(spec.user)
+        try:
+            drop_privileges(spec.user)
+        except OSError as error:  # said in the instance's status, like any failed start
+            pipe.put(InstanceExit(spec.instance_id, f"cannot isolate the instance: {error}"))
+            return
     _name_process(INSTANCE_PROCESS_NAME)
 
     def lifeline() -> None:
