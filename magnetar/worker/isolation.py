@@ -8,10 +8,12 @@ function of a tenant read the state and credentials of the tenant's other functi
 another role may have submitted). The uid is claimed host-wide with a lock file, so several
 workers on one host (``magnetar standalone``) never hand out the same one.
 
-An instance's directory, ``<instance_dir>/<fqfn>/<instance id>`` (mode 0700, owned by its
-uid), holds a copy of its code package, what the package installs, its state database and
-its temporary files; it is kept across restarts (what was installed is found again) and
-removed with the function. The directories above it are searchable but not readable
+An instance's directory, ``<instance_dir>/<fqfn>/<instance id>`` (mode 0700), holds a copy
+of its code package, what the package installs, its state database and its temporary
+files. It is owned by the instance's uid while the instance runs and by root otherwise (and
+what still runs as that uid is killed), so whoever gets the uid next can neither read it
+nor meet a process left behind. It is kept across restarts (what was installed is found
+again) and removed with the function. The directories above it are searchable but not readable
 (0711), so an instance reaches its own directory and can list nobody's.
 """
 
@@ -22,6 +24,7 @@ import fcntl
 import logging
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -87,9 +90,12 @@ class InstanceIsolation:
         self._uids = uids
         self._locks = locks
         self._lock = threading.Lock()
-        self._claimed: dict[int, IO[str]] = {}
+        self._claimed: dict[int, tuple[IO[str], Path]] = {}
         secure_directory(root, 0o711)
         secure_directory(locks)
+        for work_dir in root.glob("*/*"):  # what a killed worker left to its instances' uids
+            if work_dir.is_dir() and work_dir.stat().st_uid != os.geteuid():
+                _chown_tree(work_dir, os.geteuid())
 
     def claim(self, fqfn: str, instance_id: int, package: Path) -> InstanceUser:
         """A uid of its own for one instance of ``fqfn``, and its directory holding a copy
@@ -97,7 +103,7 @@ class InstanceIsolation:
         work_dir = self.root / quote(fqfn, safe="") / str(instance_id)
         work_dir.parent.mkdir(mode=0o711, exist_ok=True)
         work_dir.mkdir(mode=0o700, exist_ok=True)
-        uid = self._claim_uid(work_dir.stat().st_uid)
+        uid = self._claim_uid(work_dir)
         try:
             copy = work_dir / "package" / package.name
             if not _same_file(copy, package):
@@ -112,11 +118,16 @@ class InstanceIsolation:
         return InstanceUser(uid, uid, work_dir)
 
     def release(self, uid: int) -> None:
-        """The instance that ran as ``uid`` has exited: the uid is free again."""
+        """The instance that ran as ``uid`` has exited: what it left running is killed, its
+        directory goes back to the worker (the next holder of the uid cannot read it), and
+        the uid is free again."""
         with self._lock:
-            lock = self._claimed.pop(uid, None)
-        if lock is not None:
-            lock.close()  # closing the file releases its lock
+            claimed = self._claimed.pop(uid, None)
+        if claimed is None:
+            return
+        lock, work_dir = claimed
+        _revoke(uid, work_dir)
+        lock.close()  # closing the file releases its lock
 
     def forget(self, existing: set[str]) -> None:
         """Remove the directories of functions not in ``existing`` (deleted)."""
@@ -125,30 +136,48 @@ class InstanceIsolation:
                 log.info("removing the instance directories of deleted function %s", path.name)
                 shutil.rmtree(path, ignore_errors=True)
 
-    def _claim_uid(self, preferred: int) -> int:
-        """A uid no running instance on this host has; ``preferred`` (the directory's owner
-        last time) when it is free."""
-        candidates = list(self._uids)
-        if preferred in candidates:
-            candidates.remove(preferred)
-            candidates.insert(0, preferred)
-        for uid in candidates:
+    def _claim_uid(self, work_dir: Path) -> int:
+        """A uid no running instance on this host has, for ``work_dir``. A lock file per uid
+        says who has it; what its last holder left (a worker killed before it could release
+        it) is revoked first."""
+        for uid in self._uids:
             with self._lock:
                 if uid in self._claimed:
                     continue
-            lock = open(self._locks / str(uid), "w")  # noqa: SIM115  # held while it runs
+            lock = open(self._locks / str(uid), "a+")  # noqa: SIM115  # held while it runs
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 lock.close()
                 continue
+            lock.seek(0)
+            previous = lock.read().strip()
+            if previous:
+                _revoke(uid, Path(previous))
+            lock.seek(0)
+            lock.truncate()
+            lock.write(str(work_dir))
+            lock.flush()
             with self._lock:
-                self._claimed[uid] = lock
+                self._claimed[uid] = (lock, work_dir)
             return uid
         raise RuntimeError(
             f"every uid of instance_uids ({self._uids.start}-{self._uids.stop - 1}) is taken by "
             "a running instance: widen the range"
         )
+
+
+def _revoke(uid: int, work_dir: Path) -> None:
+    """Kill what still runs as ``uid`` and give ``work_dir`` back to this (root) process, if
+    that uid still owns it."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
+            if int(uids.split()[1]) == uid:
+                os.kill(int(status.parent.name), signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        if work_dir.stat().st_uid == uid:
+            _chown_tree(work_dir, os.geteuid())
 
 
 def _same_file(copy: Path, original: Path) -> bool:
