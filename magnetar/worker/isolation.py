@@ -127,6 +127,7 @@ class InstanceIsolation:
             return
         lock, work_dir = claimed
         _revoke(uid, work_dir)
+        lock.truncate(0)  # nothing left to revoke for the next holder
         lock.close()  # closing the file releases its lock
 
     def forget(self, existing: set[str]) -> None:
@@ -138,8 +139,8 @@ class InstanceIsolation:
 
     def _claim_uid(self, work_dir: Path) -> int:
         """A uid no running instance on this host has, for ``work_dir``. A lock file per uid
-        says who has it; what its last holder left (a worker killed before it could release
-        it) is revoked first."""
+        says who has it, and names the directory until it is released: what a holder that
+        was never released left (its worker was killed) is revoked first."""
         for uid in self._uids:
             with self._lock:
                 if uid in self._claimed:
