@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import signal
 import stat
@@ -171,14 +172,32 @@ class InstanceIsolation:
 def _revoke(uid: int, work_dir: Path) -> None:
     """Kill what still runs as ``uid`` and give ``work_dir`` back to this (root) process, if
     that uid still owns it."""
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
-            if int(uids.split()[1]) == uid:
-                os.kill(int(status.parent.name), signal.SIGKILL)
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _real_uid(name) == uid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(name), signal.SIGKILL)
     with contextlib.suppress(FileNotFoundError):
         if work_dir.stat().st_uid == uid:
             _chown_tree(work_dir, os.geteuid())
+
+
+_UID_LINE = re.compile(rb"\nUid:\t(\d+)")
+
+
+def _real_uid(pid: str) -> int | None:
+    """The real uid of a process, from its status (its /proc owner is root once it changed
+    users); None when it is gone. Read raw: this runs over every process on each release."""
+    try:
+        descriptor = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        found = _UID_LINE.search(os.read(descriptor, 1024))
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return int(found[1]) if found else None
 
 
 def _same_file(copy: Path, original: Path) -> bool:
