@@ -169,6 +169,8 @@ class EmbeddedBroker:
         binary = _find_binary()
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
+            # every topic is stored here, the functions' records and their tokens among them
+            self.data_dir.chmod(0o700)
             config = self.data_dir / "pulsar-lite.toml"
             config.write_text(self._config_text())
         except OSError as error:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
 import secrets
 from pathlib import Path
@@ -45,8 +46,11 @@ def create_secret_key(output_file: str | None, as_base64: bool) -> None:
         click.echo(base64.b64encode(key).decode())
         return
     path = Path(output_file)
-    path.write_bytes(base64.b64encode(key) if as_base64 else key)
-    path.chmod(0o600)
+    # created unreadable to others from the start (a chmod after writing leaves a window)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode otherwise
+        file.write(base64.b64encode(key) if as_base64 else key)
     click.echo(f"Wrote a secret key to {path} (workers: token_secret_key: file://{path.resolve()})")
 
 

@@ -68,8 +68,11 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
         logger: logging.Logger,
         search_paths: list[Path],
         function_version: str = "",
+        publish_check: Callable[[str], None] | None = None,
     ) -> None:
+        """``publish_check`` raises for a topic ``publish`` may not reach."""
         self._config = config
+        self._publish_check = publish_check
         self._instance_id = instance_id
         self._publisher = publisher
         self._metrics = metrics
@@ -200,6 +203,8 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
         The send is asynchronous; under ATLEAST_ONCE and EFFECTIVELY_ONCE the input is
         acknowledged only once this publish has been persisted.
         """
+        if self._publish_check is not None:
+            self._publish_check(topic_name)
         serde = self._serdes.get(serde_class_name)
         if serde is None:
             serde = self._serdes[serde_class_name] = load_serde(

@@ -42,6 +42,7 @@ from magnetar.instance.metrics import InstanceMetrics, MetricsSnapshot
 from magnetar.instance.options import InstanceOptions
 from magnetar.instance.outputs import Outputs, holds_batches
 from magnetar.instance.positions import RedeliveryFilter
+from magnetar.instance.publish_policy import check_publish_topic
 from magnetar.instance.python_runner import PythonRunner
 from magnetar.instance.retries import Ordering, Received, RetryQueue
 from magnetar.instance.runner import Acking, Runner
@@ -263,6 +264,7 @@ class FunctionInstance:
             logger,
             python.paths,
             options.function_version,
+            self._check_publish,
         )
         window = config.window_config
         if window is not None:
@@ -374,6 +376,7 @@ class FunctionInstance:
             failures,
             self._journal,
             acking,
+            self._check_publish,
         )
 
     # --- the loop -----------------------------------------------------------------------
@@ -518,6 +521,9 @@ class FunctionInstance:
             self._on_metrics(self.snapshot())
 
     # --- MessagePublisher (used by the context) -----------------------------------------
+
+    def _check_publish(self, topic: str) -> None:
+        check_publish_topic(topic, self.config.tenant, self.options.publish_policy)
 
     def publish(
         self,

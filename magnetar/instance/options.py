@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
+from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 
 __all__ = ["InstanceOptions"]
 
@@ -68,3 +69,5 @@ class InstanceOptions:
     earlier_crashes: Mapping[str, int] = field(default_factory=dict)
     """``message_key`` -> how often an earlier process of this instance died with that message
     in user code: each death is a failure of the message (retried, then dead-lettered)."""
+    publish_policy: PublishPolicy = ANYWHERE
+    """Where ``context.publish`` may reach (see ``publish_policy``); anywhere by default."""

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
+from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 
 if TYPE_CHECKING:
     import pulsar
 
     from magnetar.client import Connection
+    from magnetar.instance.privileges import InstanceUser
     from magnetar.statestore import StateOptions
 
 __all__ = [
@@ -86,6 +88,11 @@ class InstanceProcessSpec:
     ram_bytes: int | None = None
     """The instance's ``resources.ram``: Python allocations beyond it (and what the process
     held before running the function) fail with MemoryError; None: no limit."""
+    user: InstanceUser | None = None
+    """The OS user the process runs as and its directory (already taken by the process
+    runtime before this runs); None: the starter's user, the code unpacked beside it."""
+    publish_policy: PublishPolicy = ANYWHERE
+    """Where ``context.publish`` may reach."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,7 @@ def run_instance_process(
             archive_limits=spec.archive_limits,
             in_flight_path=spec.in_flight_path,
             earlier_crashes=spec.earlier_crashes,
+            publish_policy=spec.publish_policy,
             # asked of the broker only where it matters (a connection's round trip)
             broker_may_deduplicate=(
                 may_deduplicate(spec.broker_url)
@@ -209,7 +217,14 @@ def run_instance_process(
                     config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
                 ),
             )
-        instance = FunctionInstance(config, client, options, state=state, on_metrics=reports.put)
+        instance = FunctionInstance(
+            config,
+            client,
+            options,
+            state=state,
+            on_metrics=reports.put,
+            work_dir=spec.user.work_dir / "code" if spec.user is not None else None,
+        )
         if not stopping.is_set():  # a stop that came during start-up ends it here
             instance.run()
     except Exception as failure:

@@ -6,6 +6,7 @@ messages after it are handed back, to wait behind it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,11 @@ class ScriptRunner:
         failures: FailureHandler,
         journal: JournaledState | None,
         acking: Acking,
+        publish_check: Callable[[str], None],
     ) -> None:
+        """``publish_check`` raises for a topic ``context.publish`` may not reach."""
         self._script = script
+        self._publish_check = publish_check
         self._inputs = inputs
         self._retries = inputs.retries
         self._outputs = outputs
@@ -109,6 +113,8 @@ class ScriptRunner:
             return
         if outcome.publishes:
             try:
+                for topic, _, _ in outcome.publishes:
+                    self._publish_check(topic)
                 publishes = [
                     (self._outputs.producer(topic), payload, {"properties": props} if props else {})
                     for topic, payload, props in outcome.publishes

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from magnetar.worker.exceptions import WorkerConfigError
+from magnetar.worker.isolation import parse_uid_range
 
 __all__ = ["SECRET_SETTINGS", "WorkerConfig", "load_worker_config", "take_secret_environment"]
 
@@ -67,7 +68,20 @@ class WorkerConfig(BaseModel):
     """One OS process per instance, or threads inside the worker."""
     warm_instances: int = Field(default=2, ge=0)
     """Instance processes the process runtime keeps started and connected to the broker, so
-    that an assigned instance only has to subscribe (0: each starts from scratch)."""
+    that an assigned instance only has to subscribe (0: each starts from scratch). With
+    authentication on they start without connecting: an instance connects with its
+    function's credentials."""
+    instance_isolation: bool = True
+    """When the worker runs as root: run each instance process as an unprivileged user of its
+    own (a uid of ``instance_uids``) in a directory of its own (see
+    ``magnetar.worker.isolation``). Needs the process runtime. No effect otherwise."""
+    instance_uids: str = "400000-465535"
+    """``FIRST-LAST``: the uids (gids alike) isolated instances run as, one per running
+    instance on the host; none needs a passwd entry."""
+    instance_dir: Path | None = None
+    """Where isolated instances get their directories; every directory above it must be
+    searchable by others (o+x), or the instance takes a mount namespace to reach it. Default:
+    ``<temp dir>/magnetar-instances/<worker_id>-<hash of data_dir>``."""
     restart_backoff_initial_s: float = Field(default=0.5, gt=0)
     """First delay before restarting a crashed instance."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
@@ -153,6 +167,12 @@ class WorkerConfig(BaseModel):
                 raise ValueError(
                     f'must be JSON such as {{"acme": ["acme-admin"]}}: {error}'
                 ) from None
+        return value
+
+    @field_validator("instance_uids")
+    @classmethod
+    def _check_instance_uids(cls, value: str) -> str:
+        parse_uid_range(value)
         return value
 
     @field_validator("pulsar_admin_url")

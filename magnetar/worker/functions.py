@@ -51,6 +51,9 @@ class FunctionChange:
     package: dict[str, Any] | None = None
     instance_id: int | None = None
     """For start/stop: one instance; None means all."""
+    auth_data: dict[str, Any] | None = None
+    """For register/update: the credentials the function's instances use from now on
+    (``FunctionAuthData.to_json()``); None keeps those it has."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +62,7 @@ class FunctionChange:
             "config": self.config,
             "package": self.package,
             "instanceId": self.instance_id,
+            "authData": self.auth_data,
         }
 
     @classmethod
@@ -77,6 +81,7 @@ class FunctionChange:
             data.get("config"),
             data.get("package"),
             data.get("instanceId"),
+            data.get("authData"),
         )
 
     @property
@@ -91,7 +96,7 @@ class FunctionChange:
             if current is not None:
                 raise FunctionExistsError(f"Function {self.name} already exists")
             assert self.config is not None
-            return FunctionRecord(self.fqfn, self.config, self.package)
+            return FunctionRecord(self.fqfn, self.config, self.package, auth_data=self.auth_data)
         if current is None:
             # Pulsar answers an update of a missing function with 400, the rest with 404.
             status = 400 if self.op == "update" else 404
@@ -105,6 +110,7 @@ class FunctionChange:
                 config=self.config,
                 package=self.package or current.package,
                 stopped=stopped,
+                auth_data=self.auth_data or current.auth_data,
             )
         if self.op == "delete":
             return None

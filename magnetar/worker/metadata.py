@@ -58,6 +58,9 @@ class FunctionRecord:
     term: int = 0
     create_time_ms: int = 0
     update_time_ms: int = 0
+    auth_data: dict[str, Any] | None = None
+    """The submitter's credentials (``FunctionAuthData.to_json()``), with authentication on;
+    never shown with the config."""
 
     def function_config(self) -> FunctionConfig:
         return FunctionConfig.parse(self.config)
@@ -73,6 +76,7 @@ class FunctionRecord:
             "term": self.term,
             "createTimeMs": self.create_time_ms,
             "updateTimeMs": self.update_time_ms,
+            "authData": self.auth_data,
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class FunctionRecord:
             term=int(data.get("term", 0)),
             create_time_ms=int(data.get("createTimeMs", 0)),
             update_time_ms=int(data.get("updateTimeMs", 0)),
+            auth_data=data.get("authData"),
         )
 
 
@@ -203,10 +208,12 @@ class MetadataManager(ReplicatedState):
             value = b""
             if proposed is not None:
                 now = int(time.time() * 1000)
-                code_changed = current is None or (proposed.config, proposed.package) != (
-                    current.config,
-                    current.package,
-                )
+                # new credentials restart the instances too: they connect with them
+                code_changed = current is None or (
+                    proposed.config,
+                    proposed.package,
+                    proposed.auth_data,
+                ) != (current.config, current.package, current.auth_data)
                 record = replace(
                     proposed,
                     version=version,

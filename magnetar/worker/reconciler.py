@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import Protocol
 
 from magnetar.instance.exceptions import InvalidFunctionConfigError
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.exceptions import PackageError
+from magnetar.worker.function_auth import FunctionAccess, FunctionAuthData
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.model import parse_instance_key
 from magnetar.worker.packages import PackageRef, PackageStore
@@ -40,8 +42,12 @@ class InstanceReconciler:
         assignments: AssignmentManager,
         packages: PackageStore,
         runtime: _Applier,
+        access: FunctionAccess | None = None,
     ) -> None:
+        """``access``: each function's broker credentials and publish policy (none, and
+        anywhere, when None)."""
         self._worker_id = worker_id
+        self._access = access
         self._metadata = metadata
         self._assignments = assignments
         self._packages = packages
@@ -106,6 +112,14 @@ class InstanceReconciler:
                 continue
             # the code field (py, or js for JavaScript) names the fetched file on this disk
             config = config.model_copy(update={"js" if config.is_javascript else "py": str(path)})
-            desired[key] = InstanceSpec(fqfn, instance_id, config, function.config_version)
+            spec = InstanceSpec(fqfn, instance_id, config, function.config_version)
+            if self._access is not None:
+                auth = FunctionAuthData.from_json(function.auth_data)
+                spec = replace(
+                    spec,
+                    connection=self._access.connection(auth),
+                    publish_policy=self._access.publish_policy(auth),
+                )
+            desired[key] = spec
         self._runtime.apply(desired)
         return complete

@@ -11,7 +11,9 @@ to stop, watch and query it. Two implementations:
   pipe that the handle reads whenever it is asked something; the runtime manager asks every
   liveness interval (a pipe left unread for minutes would make the instance wait on its next
   report). The same pipe is the instance's lifeline: when the worker dies, its instances
-  drain and exit.
+  drain and exit. On a worker running as root each instance process becomes a user of its
+  own, in a directory of its own, before it loads the function (``worker.isolation``,
+  ``instance.privileges``); it connects with its function's credentials, not the worker's.
 * ``ThreadRuntime``: a ``FunctionInstance`` on a thread of the worker process. Cheaper to
   start, but ``timeoutMs`` cannot be enforced (SIGALRM only interrupts the main thread), a
   thread cannot be killed, and user code shares the worker's memory and GIL.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -34,24 +37,28 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection as _Pipe
+from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
 import pulsar
 
-from magnetar.client import create_client
+from magnetar.client import Connection, create_client
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.in_flight import InFlight, read_in_flight
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.instance_log import instance_log_path
 from magnetar.instance.metrics import MetricsSnapshot
+from magnetar.instance.privileges import drop_privileges, instance_environment
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
+from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
+from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.model import instance_key
 
 __all__ = [
@@ -90,6 +97,11 @@ class InstanceSpec:
     earlier_crashes: Mapping[str, int] = field(default_factory=dict, compare=False)
     """Messages earlier runs of this instance died on (``message_key`` -> deaths): the run
     fails them on receipt (retry, then dead letter). Not part of what the instance is."""
+    connection: Connection | None = None
+    """How the instance authenticates to the broker: its function's own credentials (None:
+    without any, as with authentication off)."""
+    publish_policy: PublishPolicy = ANYWHERE
+    """Where its ``context.publish`` may reach."""
 
     @property
     def key(self) -> str:
@@ -175,14 +187,22 @@ class StateLayout:
 
 @dataclass(frozen=True)
 class InstanceLogs:
-    """Each instance's own rotated log file, under ``root`` (see ``instance_log``)."""
+    """Each instance's own rotated log file, under ``root`` (see ``instance_log``), or in
+    its own directory when it is isolated (the only place its user may write)."""
 
     root: Path
     max_bytes: int = 10 * 1024 * 1024
     backups: int = 2
+    isolation: InstanceIsolation | None = None
+
+    def path(self, fqfn: str, instance_id: int) -> Path:
+        if self.isolation is not None:
+            _, _, name = fqfn.split("/")
+            return self.isolation.work_dir(fqfn, instance_id) / "logs" / f"{name}-{instance_id}.log"
+        return instance_log_path(self.root, fqfn, instance_id)
 
     def spec_fields(self, spec: InstanceSpec) -> dict[str, Any]:
-        path = instance_log_path(self.root, spec.fqfn, spec.instance_id)
+        path = self.path(spec.fqfn, spec.instance_id)
         return {"log_path": str(path), "log_max_bytes": self.max_bytes, "log_backups": self.backups}
 
 
@@ -204,6 +224,24 @@ _PRELOADED = ("magnetar.worker.runtime", "magnetar.statestore", "magnetar.instan
 """What the fork server imports once, so that no instance process imports it again."""
 
 
+_fork_server_lock = threading.Lock()
+
+
+def _start_fork_server() -> None:
+    """Start multiprocessing's fork server (once per worker process) with the environment
+    instances may see: a process's exec-time environment stays readable in
+    /proc/<pid>/environ whatever it changes later, and every instance is forked from it."""
+    with _fork_server_lock:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(instance_environment(saved))
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 class _WorkerPipe:
     """The instance process's end of the pipe to its worker.
 
@@ -212,7 +250,7 @@ class _WorkerPipe:
     which is how an orphaned instance notices.
     """
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: _Pipe) -> None:
         self._connection = connection
 
     def receive_spec(self) -> InstanceProcessSpec | None:
@@ -242,21 +280,36 @@ def _name_process(name: str) -> None:
         _PRCTL(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
 
 
-def _run_instance(broker_url: str, pipe: _WorkerPipe) -> None:
-    """The instance process. It connects to the broker first and then waits for the spec of
-    the instance to run, so a warm process only has to subscribe once it is handed one. It
-    runs ``run_instance_process`` with a lifeline to the worker, so an instance whose worker
-    was killed drains and exits instead of running unsupervised (and twice, once its
-    instances are rescheduled elsewhere)."""
+def _run_instance(broker_url: str, pipe: _WorkerPipe, preconnect: bool) -> None:
+    """The instance process. With ``preconnect`` it connects to the broker (with no
+    credentials) first and then waits for the spec of the instance to run, so a warm process
+    only has to subscribe once it is handed one; a spec with credentials of its own gets a
+    client of its own. Before anything of the function is loaded, the process drops what the
+    worker's environment holds for the worker alone and, when the spec names a user, becomes
+    that user. It runs ``run_instance_process`` with a lifeline to the worker, so an
+    instance whose worker was killed drains and exits instead of running unsupervised (and
+    twice, once its instances are rescheduled elsewhere)."""
     _name_process(WARM_PROCESS_NAME)
     # Ctrl-C reaches the whole process group: the worker decides what stops (a waiting
     # process exits when the worker closes its pipe; an instance sets its own handler).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    client = create_client(broker_url)
+    client = create_client(broker_url) if preconnect else None
     spec = pipe.receive_spec()
-    if spec is None:
-        client.close()
-        return
+    if spec is None or spec.connection is not None:
+        if client is not None:
+            client.close()
+            client = None
+        if spec is None:
+            return
+    scrubbed = instance_environment(os.environ)
+    os.environ.clear()
+    os.environ.update(scrubbed)
+    if spec.user is not None:
+        try:
+            drop_privileges(spec.user)
+        except OSError as error:  # said in the instance's status, like any failed start
+            pipe.put(InstanceExit(spec.instance_id, f"cannot isolate the instance: {error}"))
+            return
     _name_process(INSTANCE_PROCESS_NAME)
 
     def lifeline() -> None:
@@ -277,14 +330,15 @@ class _ProcessHandle:
     def __init__(
         self,
         process: BaseProcess,
-        reports: Connection,
+        reports: _Pipe,
         in_flight_path: str,
         ram_bytes: int | None = None,
     ) -> None:
         self._process = process
         self._ram_bytes = ram_bytes
         self._killed_for = ""
-        self._reports: Connection | None = reports
+        self._reports: _Pipe | None = reports
+        self._on_exit: Callable[[], None] | None = None
         self._in_flight_path = in_flight_path
         self._last_in_flight: InFlight | None = None
         self._in_flight_read = False
@@ -295,6 +349,10 @@ class _ProcessHandle:
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, when the process is first seen dead."""
+        self._on_exit = callback
 
     def stop(self, drain: bool = True) -> None:
         # The instance process drains on SIGTERM; it has no "stop without draining", so
@@ -325,6 +383,9 @@ class _ProcessHandle:
         alive = self._process.is_alive()  # also reaps an exited process
         # read after the check: once it is seen dead, everything it reported has been read
         self._read_reports()
+        if not alive and self._on_exit is not None:
+            on_exit, self._on_exit = self._on_exit, None
+            on_exit()
         return alive
 
     def snapshot(self) -> MetricsSnapshot | None:
@@ -405,7 +466,7 @@ class _IdleProcess:
     """A started instance process waiting for its spec, and the worker's end of its pipe."""
 
     process: BaseProcess
-    pipe: Connection
+    pipe: _Pipe
 
 
 class ProcessRuntime:
@@ -429,11 +490,16 @@ class ProcessRuntime:
         archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
         ram_bytes: int | None = None,
         logs: InstanceLogs | None = None,
+        isolation: InstanceIsolation | None = None,
+        preconnect: bool = True,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
         ``archive_limits``: how much a code package may unpack to; ``ram_bytes``: the memory
         limit of an instance without ``resources.ram`` (None: none); ``logs``: where each
-        instance logs (None: to the worker's stderr)."""
+        instance logs (None: to the worker's stderr); ``isolation``: run each instance as a
+        user of its own, in a directory of its own (the worker must be root); ``preconnect``:
+        warm processes connect to the broker before they know their instance (only without
+        credentials: with authentication on, an instance connects with its function's)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -444,6 +510,8 @@ class ProcessRuntime:
         self.archive_limits = archive_limits
         self.ram_bytes = ram_bytes
         self.logs = logs
+        self.isolation = isolation
+        self.preconnect = preconnect
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -461,7 +529,7 @@ class ProcessRuntime:
     def prepare(self) -> None:
         """Start the fork server, and a thread that keeps ``warm`` processes started (one
         taken is replaced in the background: starting it is never on an instance's way)."""
-        multiprocessing.forkserver.ensure_running()
+        _start_fork_server()
         if self.warm and self._refiller is None:
             self._refiller = threading.Thread(
                 target=self._keep_warm, name="warm-instances", daemon=True
@@ -488,21 +556,49 @@ class ProcessRuntime:
         shutil.rmtree(self._in_flight_dir, ignore_errors=True)
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        config, state = spec.config, self.state.options(spec) if self.state is not None else None
+        user = None
+        if self.isolation is not None:
+            code_field = "js" if config.is_javascript else "py"
+            package = Path(getattr(config, code_field))
+            user = self.isolation.claim(spec.fqfn, spec.instance_id, package)
+            # its own copy of the code, and its state in its own directory
+            config = config.model_copy(
+                update={code_field: str(user.work_dir / "package" / package.name)}
+            )
+            if state is not None:
+                state = replace(state, directory=str(user.work_dir / "state"))
         process_spec = InstanceProcessSpec(
-            config_json=spec.config.model_dump_json(by_alias=True, exclude_none=True),
+            config_json=config.model_dump_json(by_alias=True, exclude_none=True),
             broker_url=self.broker_url,
             instance_id=spec.instance_id,
             log_level=self.log_level,
             worker_id=self.worker_id,
             function_version=str(spec.version),
-            state=self.state.options(spec) if self.state is not None else None,
+            state=state,
+            connection=spec.connection,
+            user=user,
+            publish_policy=spec.publish_policy,
             archive_limits=self.archive_limits,
-            in_flight_path=os.path.join(self._in_flight_dir, str(next(self._in_flight_files))),
+            # an isolated instance writes only inside its own directory
+            in_flight_path=str(
+                user.work_dir / "in-flight"
+                if user is not None
+                else os.path.join(self._in_flight_dir, str(next(self._in_flight_files)))
+            ),
             earlier_crashes=dict(spec.earlier_crashes),
             ram_bytes=(spec.config.resources or {}).get("ram") or self.ram_bytes,
             **(self.logs.spec_fields(spec) if self.logs is not None else {}),
         )
-        handle = self._hand_over(process_spec, spec.key)
+        isolation = self.isolation
+        try:
+            handle = self._hand_over(process_spec, spec.key)
+        except BaseException:
+            if isolation is not None and user is not None:
+                isolation.release(user.uid)
+            raise
+        if isolation is not None and user is not None:
+            handle.on_exit(functools.partial(isolation.release, user.uid))
         self._refill.set()
         return handle
 
@@ -563,7 +659,7 @@ class ProcessRuntime:
         worker_end, process_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_run_instance,
-            args=(self.broker_url, _WorkerPipe(process_end)),
+            args=(self.broker_url, _WorkerPipe(process_end), self.preconnect),
             name="magnetar-instance (warm)",
             # a worker that exits without stopping its instances still takes them along
             daemon=True,
@@ -664,6 +760,7 @@ class ThreadRuntime:
             worker_id=self.worker_id,
             function_version=str(spec.version),
             archive_limits=self.archive_limits,
+            publish_policy=spec.publish_policy,
         )
         state = None
         if self.state is not None:
@@ -696,14 +793,30 @@ def make_runtime(
     archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
     ram_bytes: int | None = None,
     logs: InstanceLogs | None = None,
+    isolation: InstanceIsolation | None = None,
+    preconnect: bool = True,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
-    with ``state``, instances get a state store; ``warm``: processes the process runtime
-    keeps ready; ``archive_limits``: how much a code package may unpack to; ``ram_bytes``:
-    the process runtime's limit for instances without ``resources.ram``."""
+    with ``state``, instances get a state store; ``warm``, ``archive_limits``, ``ram_bytes``,
+    ``logs``, ``isolation`` and ``preconnect``: see ``ProcessRuntime`` (the thread runtime
+    cannot isolate: it refuses ``isolation``)."""
     if name == "process":
         return ProcessRuntime(
-            broker_url, worker_id, log_level, state, warm, archive_limits, ram_bytes, logs
+            broker_url,
+            worker_id,
+            log_level,
+            state,
+            warm,
+            archive_limits,
+            ram_bytes,
+            logs,
+            isolation,
+            preconnect,
+        )
+    if isolation is not None:
+        raise ValueError(
+            "the thread runtime runs functions inside the worker and cannot isolate them: "
+            "use the process runtime, or turn instance isolation off"
         )
     if name == "thread":
         if client is None:

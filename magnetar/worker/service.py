@@ -5,9 +5,14 @@ Nothing imports this module but the CLI; every manager receives what it needs he
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import uvicorn
@@ -21,7 +26,14 @@ from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime
 from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.cluster_key import ClusterKey, PeerSeal, RecordSeal
 from magnetar.worker.config import WorkerConfig
+from magnetar.worker.function_auth import FunctionAccess
 from magnetar.worker.functions import FunctionManager
+from magnetar.worker.isolation import (
+    InstanceIsolation,
+    parse_uid_range,
+    readable_by_others,
+    secure_directory,
+)
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
@@ -53,6 +65,7 @@ class WorkerService:
         self._server: uvicorn.Server | None = None
         self._http_thread: threading.Thread | None = None
         self._policies: BrokerPolicies | None = None
+        self.isolation: InstanceIsolation | None = None
 
     def start(self) -> WorkerService:
         """Start every component; returns once the REST API is listening."""
@@ -82,7 +95,8 @@ class WorkerService:
         # Instances on threads get a client of their own: a client logging to Python costs
         # every message a trip into the interpreter (see magnetar.client).
         self._data_client = create_client(config.broker_url) if config.runtime == "thread" else None
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        # the package cache and state of every tenant: for the worker's user alone
+        secure_directory(config.data_dir)
         self.packages = PackageStore(
             client, config.system_topic(config.packages_topic), config.data_dir / "packages"
         )
@@ -125,6 +139,13 @@ class WorkerService:
         self.state = StateQueryService(
             client, state_root, config.system_namespace, config.request_timeout_s
         )
+        self.isolation = _instance_isolation(config)
+        logs = InstanceLogs(
+            config.instance_log_dir,
+            config.instance_log_max_bytes,
+            config.instance_log_backups,
+            self.isolation,
+        )
         runtime = make_runtime(
             config.runtime,
             broker_url=config.broker_url,
@@ -134,9 +155,10 @@ class WorkerService:
             warm=config.warm_instances,
             archive_limits=admission.limits.archive,
             ram_bytes=config.instance_ram_bytes,
-            logs=InstanceLogs(
-                config.instance_log_dir, config.instance_log_max_bytes, config.instance_log_backups
-            ),
+            logs=logs,
+            isolation=self.isolation,
+            # an instance connects with its function's credentials, not before it has them
+            preconnect=not config.authentication_enabled,
         )
         if self._policies is not None:
             runtime = DeduplicatingRuntime(runtime, self._policies)
@@ -149,8 +171,11 @@ class WorkerService:
             stop_timeout_s=config.instance_stop_timeout_s,
             busy_warning_s=config.busy_warning_s,
         )
+        access = FunctionAccess(
+            config.authentication_enabled, config.superuser_roles, config.system_namespace
+        )
         self.reconciler = InstanceReconciler(
-            config.worker_id, self.metadata, self.assignments, self.packages, self.runtime
+            config.worker_id, self.metadata, self.assignments, self.packages, self.runtime, access
         )
         # One client for every call to another worker: a new one per call would cost tens of
         # milliseconds (TLS settings) on the paths users wait on (status, forwarded changes).
@@ -197,6 +222,7 @@ class WorkerService:
             http=http,
             auth=_admin_auth(config, tenancy),
             peer_seal=peer_seal,
+            instance_logs=logs if config.runtime == "process" else None,
             state=self.state,
         )
         self.metadata.start()
@@ -256,7 +282,10 @@ class WorkerService:
         self.reconciler.notify()
         if self.metadata.wait_caught_up(0):
             # deleted functions' local state (their journals say what to keep)
-            self.state.forget(set(self.metadata.functions()))
+            existing = set(self.metadata.functions())
+            self.state.forget(existing)
+            if self.isolation is not None:
+                self.isolation.forget(existing)
 
     def _serve(self, app: Any) -> None:
         server = self._server = uvicorn.Server(
@@ -340,3 +369,32 @@ def _admin_auth(config: WorkerConfig, tenancy: Tenancy) -> AdminAuth | None:
         ),
         RoleAuthorizer(config.superuser_roles, config.tenant_admin_roles, tenancy),
     )
+
+
+def _instance_isolation(config: WorkerConfig) -> InstanceIsolation | None:
+    """Isolated instances when the worker runs as root with the process runtime (and
+    ``instance_isolation`` on)."""
+    if not config.instance_isolation or os.geteuid() != 0:
+        return None
+    if config.runtime != "process":
+        log.warning(
+            "runtime %r runs functions inside the worker, as root: they are not isolated "
+            "(use the process runtime for code you do not trust)",
+            config.runtime,
+        )
+        return None
+    root = config.instance_dir
+    if root is None:
+        shared = Path(tempfile.gettempdir()) / "magnetar-instances"
+        secure_directory(shared, 0o711)  # the workers' directories are not listed either
+        # one per data directory: workers of one id in two clusters on a host stay apart
+        data_dir = hashlib.sha256(str(config.data_dir.resolve()).encode()).hexdigest()[:12]
+        root = shared / f"{quote(config.worker_id, safe='')}-{data_dir}"
+    exposed = readable_by_others(config.token_secret_key)
+    if exposed is not None:
+        log.warning(
+            "the token secret key %s is readable by other users, so by functions too: "
+            "chmod 600 it (and keep it in a directory they cannot search)",
+            exposed,
+        )
+    return InstanceIsolation(root, parse_uid_range(config.instance_uids))

@@ -17,12 +17,15 @@ topic, 400 for a topic of the system namespace.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.topic_policy import check_topics
 from magnetar.worker.cluster_key import PEER_HEADER
 from magnetar.worker.exceptions import AuthorizationError
+from magnetar.worker.function_auth import FunctionAuthData
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
@@ -31,6 +34,7 @@ __all__ = [
     "authenticate_worker",
     "authorize_request",
     "authorize_topics",
+    "caller_auth_data",
     "caller_role",
     "not_authorized",
 ]
@@ -108,3 +112,13 @@ def authorize_topics(request: Request, tenant: str, config: FunctionConfig) -> N
     )
     if refusal is not None:
         raise ApiError(400 if refusal.system else 401, refusal.reason)
+
+
+def caller_auth_data(request: Request) -> dict[str, Any] | None:
+    """The caller's role and token, to keep with a function it submits (``function_auth``);
+    None when authentication is off."""
+    role = caller_role(request)
+    if role is None:
+        return None
+    authorization = request.headers.get("authorization")
+    return FunctionAuthData.from_authorization(role, authorization).to_json()

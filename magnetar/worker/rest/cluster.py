@@ -4,6 +4,7 @@ to."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -13,7 +14,12 @@ from magnetar.instance.config import FunctionConfig
 from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
-from magnetar.worker.rest.auth import authorize_topics, caller_role, not_authorized
+from magnetar.worker.rest.auth import (
+    authorize_topics,
+    caller_auth_data,
+    caller_role,
+    not_authorized,
+)
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import call_leader, leader
 from magnetar.worker.rest.peers import services as _services
@@ -138,14 +144,17 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
         except AuthorizationError:
             raise not_authorized("/admin/v3/functions/", "POST") from None
     if forwarded.config is not None:
-        # the leader validates what it writes, as if the change came to it directly: this
-        # path is reachable with any tenant admin's token
+        # the leader validates what it writes, as if the change came to it directly (a
+        # worker's seal proves where the call came from, not that its change is sound)
         config = forwarded.config
         if (config.get("tenant"), config.get("namespace"), config.get("name")) != tuple(parts):
             raise ApiError(
                 400, f"malformed function change: its config is not {tenant}/{namespace}/{name}'s"
             )
         authorize_topics(request, tenant, FunctionConfig.parse(config))
+    if forwarded.auth_data is not None:
+        # the credentials kept are the forwarded caller's own, whatever the body claims
+        forwarded = replace(forwarded, auth_data=caller_auth_data(request))
     return {"version": services.functions.apply_forwarded(forwarded)}
 
 

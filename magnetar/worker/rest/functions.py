@@ -19,7 +19,7 @@ from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundErro
 from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
-from magnetar.worker.rest.auth import authorize_topics
+from magnetar.worker.rest.auth import authorize_topics, caller_auth_data
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.services import RestServices
 from magnetar.worker.rest.state import delete_function_state
@@ -196,7 +196,7 @@ async def register(
         raise ApiError(400, "Function Package is not provided")
     package = await _package(services, *code, config)
     admission.check_config(config)
-    change = FunctionChange("register", fqfn, config, package)
+    change = FunctionChange("register", fqfn, config, package, auth_data=caller_auth_data(request))
     await run_in_threadpool(services.functions.submit, change, _credentials(request))
 
 
@@ -225,11 +225,8 @@ async def update(
         raise ApiError(400, f"invalid function config: {', '.join(unknown)}: unknown field")
     config = merge_update(current.config, _unmasked(requested, current.config))
     new_code = data is not None or bool(url)
-    if (
-        not new_code
-        and not _updates_auth_data(update_options)
-        and not changes_anything(current.config, config)
-    ):
+    updates_auth_data = _updates_auth_data(update_options)
+    if not new_code and not updates_auth_data and not changes_anything(current.config, config):
         raise ApiError(400, "Update contains no change")
     parsed = admission.check_config(config)
     authorize_topics(request, tenant, parsed)
@@ -237,16 +234,19 @@ async def update(
     code = await _code(services, data, url)
     package = await _package(services, *code, config) if code is not None else None
     admission.check_config(config)
+    # as Pulsar: the caller's credentials replace the function's only when asked to
+    renew = updates_auth_data or current.auth_data is None
+    auth_data = caller_auth_data(request) if renew else None
     await run_in_threadpool(
         services.functions.submit,
-        FunctionChange("update", fqfn, config, package),
+        FunctionChange("update", fqfn, config, package, auth_data=auth_data),
         _credentials(request),
     )
 
 
 def _updates_auth_data(raw: str | None) -> bool:
     """Whether ``updateOptions`` asks to update the auth data (an update in itself for
-    Pulsar, though Magnetar keeps none)."""
+    Pulsar)."""
     try:
         options = json.loads(raw) if raw else {}
     except ValueError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
 
-from magnetar.instance.instance_log import instance_log_path, read_log
+from magnetar.instance.instance_log import read_log
 from magnetar.worker.model import instance_key
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.instances import function_record
@@ -55,8 +55,10 @@ def instance_logs(
             answer.text,
             headers={LOG_OFFSET_HEADER: answer.headers.get(LOG_OFFSET_HEADER, "0")},
         )
-    log_file = instance_log_path(found.config.instance_log_dir, record.fqfn, instance_id)
     try:
+        if found.instance_logs is None:
+            raise FileNotFoundError
+        log_file = found.instance_logs.path(record.fqfn, instance_id)
         text, offset = read_log(log_file, lines, since)
     except FileNotFoundError:
         raise ApiError(

@@ -18,6 +18,7 @@ from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.packages import PackageStore
+from magnetar.worker.runtime import InstanceLogs
 from magnetar.worker.tenancy import Tenancy, TenancyManager
 from magnetar.worker.trigger import FunctionTrigger
 
@@ -61,6 +62,8 @@ class RestServices:
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
     """Function state queries and puts; None on a worker that serves no state."""
+    instance_logs: InstanceLogs | None = None
+    """Where each instance of this worker logs; None: instances log to the worker's log."""
     peer_seal: PeerSeal | None = None
     """Checks that a call on an internal path comes from a worker; None: unchecked (the
     cluster has no key)."""

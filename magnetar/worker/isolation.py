@@ -1,0 +1,223 @@
+"""Instance isolation on a worker that runs as root: an OS user and a directory per instance.
+
+Each running instance gets a uid (and the gid of the same number) of its own from
+``instance_uids``, none of them with a passwd entry. A uid per *instance* rather than per
+tenant: two instances never share a user, so none can read another's directory, signal it or
+read its ``/proc`` files, whichever tenants they belong to (a per-tenant user would let one
+function of a tenant read the state and credentials of the tenant's other functions, which
+another role may have submitted). The uid is claimed host-wide with a lock file, so several
+workers on one host (``magnetar standalone``) never hand out the same one.
+
+An instance's directory, ``<instance_dir>/<fqfn>/<instance id>`` (mode 0700), holds a copy
+of its code package, what the package installs, its state database and its temporary
+files. It is owned by the instance's uid while the instance runs and by root otherwise (and
+what still runs as that uid is killed), so whoever gets the uid next can neither read it
+nor meet a process left behind. It is kept across restarts (what was installed is found
+again) and removed with the function. The directories above it are searchable but not readable
+(0711), so an instance reaches its own directory and can list nobody's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO
+from urllib.parse import quote, unquote
+
+from magnetar.instance.privileges import InstanceUser
+from magnetar.worker.exceptions import WorkerConfigError
+
+__all__ = ["InstanceIsolation", "parse_uid_range", "readable_by_others", "secure_directory"]
+
+log = logging.getLogger(__name__)
+
+_LOCKS = Path(tempfile.gettempdir()) / "magnetar-instance-uids"
+"""Where workers of this host claim uids (one lock file per uid, locked while it runs)."""
+
+
+def parse_uid_range(text: str) -> range:
+    """The uids of ``FIRST-LAST`` (``instance_uids``); ValueError says what is wrong."""
+    first, _, last = text.partition("-")
+    try:
+        uids = range(int(first), int(last) + 1)
+    except ValueError:
+        raise ValueError(f"must be FIRST-LAST (such as 400000-465535), got {text!r}") from None
+    if not 0 < uids.start < uids.stop <= 2**32 - 1:
+        raise ValueError(f"must be uids above 0 with FIRST <= LAST, got {text!r}")
+    return uids
+
+
+def secure_directory(path: Path, mode: int = 0o700) -> None:
+    """Create ``path`` if needed and make it ``mode`` (not world-readable). Refuses one that
+    another user owns, or a symbolic link (in a shared temp dir, someone else's trap)."""
+    path.mkdir(parents=True, exist_ok=True)
+    found = path.lstat()
+    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.geteuid():
+        raise WorkerConfigError(
+            f"{path} belongs to another user (uid {found.st_uid}) or is a symbolic link: "
+            "remove it, or choose another directory"
+        )
+    path.chmod(mode)
+
+
+def readable_by_others(setting: str | None) -> Path | None:
+    """The file a key setting names (``file:///path`` or a path) when users other than its
+    owner may read it: an instance could then read it too."""
+    if not setting or setting.startswith("data:"):
+        return None
+    path = Path(setting.removeprefix("file://"))
+    try:
+        return (
+            path if path.is_file() and path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH) else None
+        )
+    except OSError:
+        return None
+
+
+class InstanceIsolation:
+    """Hands out instance users and prepares their directories (see the module doc)."""
+
+    def __init__(self, root: Path, uids: range, locks: Path = _LOCKS) -> None:
+        self.root = root
+        self._uids = uids
+        self._locks = locks
+        self._lock = threading.Lock()
+        self._claimed: dict[int, tuple[IO[str], Path]] = {}
+        secure_directory(root, 0o711)
+        secure_directory(locks)
+        for work_dir in root.glob("*/*"):  # what a killed worker left to its instances' uids
+            if work_dir.is_dir() and work_dir.stat().st_uid != os.geteuid():
+                _chown_tree(work_dir, os.geteuid())
+
+    def work_dir(self, fqfn: str, instance_id: int) -> Path:
+        """The directory of one instance of ``fqfn`` (its code, state, tmp and log)."""
+        return self.root / quote(fqfn, safe="") / str(instance_id)
+
+    def claim(self, fqfn: str, instance_id: int, package: Path) -> InstanceUser:
+        """A uid of its own for one instance of ``fqfn``, and its directory holding a copy
+        of ``package`` (at ``<work_dir>/package/<name>``), owned by that uid."""
+        work_dir = self.work_dir(fqfn, instance_id)
+        work_dir.parent.mkdir(mode=0o711, exist_ok=True)
+        work_dir.mkdir(mode=0o700, exist_ok=True)
+        uid = self._claim_uid(work_dir)
+        try:
+            copy = work_dir / "package" / package.name
+            if not _same_file(copy, package):
+                copy.parent.mkdir(exist_ok=True)
+                shutil.copy2(package, copy)
+            (work_dir / "tmp").mkdir(exist_ok=True)
+            _chown_tree(work_dir, uid)
+            work_dir.chmod(0o700)
+        except BaseException:
+            self.release(uid)
+            raise
+        return InstanceUser(uid, uid, work_dir)
+
+    def release(self, uid: int) -> None:
+        """The instance that ran as ``uid`` has exited: what it left running is killed, its
+        directory goes back to the worker (the next holder of the uid cannot read it), and
+        the uid is free again."""
+        with self._lock:
+            claimed = self._claimed.pop(uid, None)
+        if claimed is None:
+            return
+        lock, work_dir = claimed
+        _revoke(uid, work_dir)
+        lock.truncate(0)  # nothing left to revoke for the next holder
+        lock.close()  # closing the file releases its lock
+
+    def forget(self, existing: set[str]) -> None:
+        """Remove the directories of functions not in ``existing`` (deleted)."""
+        for path in self.root.iterdir():
+            if path.is_dir() and unquote(path.name) not in existing:
+                log.info("removing the instance directories of deleted function %s", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _claim_uid(self, work_dir: Path) -> int:
+        """A uid no running instance on this host has, for ``work_dir``. A lock file per uid
+        says who has it, and names the directory until it is released: what a holder that
+        was never released left (its worker was killed) is revoked first."""
+        for uid in self._uids:
+            with self._lock:
+                if uid in self._claimed:
+                    continue
+            lock = open(self._locks / str(uid), "a+")  # noqa: SIM115  # held while it runs
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            lock.seek(0)
+            previous = lock.read().strip()
+            if previous:
+                _revoke(uid, Path(previous))
+            lock.seek(0)
+            lock.truncate()
+            lock.write(str(work_dir))
+            lock.flush()
+            with self._lock:
+                self._claimed[uid] = (lock, work_dir)
+            return uid
+        raise RuntimeError(
+            f"every uid of instance_uids ({self._uids.start}-{self._uids.stop - 1}) is taken by "
+            "a running instance: widen the range"
+        )
+
+
+def _revoke(uid: int, work_dir: Path) -> None:
+    """Kill what still runs as ``uid`` and give ``work_dir`` back to this (root) process, if
+    that uid still owns it."""
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _real_uid(name) == uid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(name), signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        if work_dir.stat().st_uid == uid:
+            _chown_tree(work_dir, os.geteuid())
+
+
+_UID_LINE = re.compile(rb"\nUid:\t(\d+)")
+
+
+def _real_uid(pid: str) -> int | None:
+    """The real uid of a process, from its status (its /proc owner is root once it changed
+    users); None when it is gone. Read raw: this runs over every process on each release."""
+    try:
+        descriptor = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        found = _UID_LINE.search(os.read(descriptor, 1024))
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return int(found[1]) if found else None
+
+
+def _same_file(copy: Path, original: Path) -> bool:
+    """Whether ``copy`` is a copy of ``original`` still (packages are written once: their
+    size and modification time tell)."""
+    try:
+        a, b = copy.stat(), original.stat()
+    except FileNotFoundError:
+        return False
+    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give ``root`` and everything below it to ``uid`` (what a previous uid left too)."""
+    os.lchown(root, uid, uid)
+    for directory, subdirectories, files in os.walk(root):
+        for name in [*subdirectories, *files]:
+            with contextlib.suppress(FileNotFoundError):
+                os.lchown(os.path.join(directory, name), uid, uid)
