@@ -128,6 +128,8 @@ def contained(
     root = tmp_path_factory.mktemp("contained")
     key = root / "secret.key"
     _cli("tokens", "create-secret-key", "--output", str(key))
+    cluster_key = key.with_name("cluster.key")
+    _cli("tokens", "create-secret-key", "--output", str(cluster_key))
     tokens = {
         role: _cli("tokens", "create", "--secret-key", key.as_uri(), "--subject", role)
         for role in ("admin", "acme-admin")
@@ -140,6 +142,7 @@ def contained(
         env={
             "MAGNETAR_AUTHENTICATION_ENABLED": "true",
             "MAGNETAR_TOKEN_SECRET_KEY": key.as_uri(),
+            "MAGNETAR_CLUSTER_KEY": cluster_key.as_uri(),
             "MAGNETAR_SUPERUSER_ROLES": "admin",
             "MAGNETAR_TENANT_ADMIN_ROLES": json.dumps({"acme": ["acme-admin"]}),
         },
