@@ -73,6 +73,9 @@ class WorkerConfig(BaseModel):
     """How long a REST call waits for the cluster (leader, replication, a trigger's output)."""
     max_package_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     """Largest function package accepted; a request body may be 1 MiB more."""
+    console_enabled: bool = True
+    """Serve the web console at ``/console/`` on the REST API's port (a page that calls the
+    public REST API only, with the same authentication)."""
     authentication_enabled: bool = False
     """Require a bearer token (JWT) on the admin API; see ``magnetar.worker.auth``."""
     token_secret_key: str | None = None

@@ -5,8 +5,10 @@ One dependency on the whole app: routes under ``/admin/v3/functions/{tenant}/...
 other admin path (tenants among them) a superuser. A role that may not answers 401 with
 Apache Pulsar's reason for that path (its functions worker and broker say 401, not 403). Readiness,
 ``/version`` and ``/metrics`` stay open (health checks and scrapers carry no token, as with
-Pulsar's defaults). The path a worker forwards a function change on checks the tenant of the
-change itself, with the caller's token that came along.
+Pulsar's defaults), and so do the web console's page and assets, which hold no data: each call
+the page makes carries the user's token and is checked here. The path a worker forwards a
+function change on checks the tenant of the change itself, with the caller's token that came
+along.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from magnetar.worker.exceptions import AuthorizationError
+from magnetar.worker.rest.console import CONSOLE_PATH
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
@@ -27,7 +30,7 @@ def authorize_request(request: Request) -> None:
     """FastAPI dependency: 401 without a valid token, or when the role may not do this."""
     auth = services(request).auth
     path = request.url.path
-    if auth is None or path in _OPEN_PATHS:
+    if auth is None or path in _OPEN_PATHS or _is_console(path):
         return
     role = auth.authenticator.role(request.headers.get("authorization"))
     request.state.role = role
@@ -39,6 +42,10 @@ def authorize_request(request: Request) -> None:
             auth.authorizer.require_superuser(role)
     except AuthorizationError:
         raise not_authorized(path, request.method) from None
+
+
+def _is_console(path: str) -> bool:
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
 
 
 def not_authorized(path: str, method: str) -> ApiError:
