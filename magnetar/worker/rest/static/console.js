@@ -324,7 +324,7 @@ function showExceptions(instances) {
   $("#exceptions").replaceChildren(...(items.length ? [el("ul", { class: "exceptions" },
     items.map((e) => el("li", {},
       el("span", { class: "muted" },
-        `${new Date(e.timestampMs).toLocaleTimeString()} · #${e.instanceId} ${e.kind}`),
+        `${new Date(e.timestampMs).toLocaleTimeString()} · instance ${e.instanceId}, ${e.kind}`),
       el("pre", {}, e.exceptionString))))]
     : [el("p", { class: "muted" }, "None.")]));
 }
@@ -391,8 +391,9 @@ $("#state-form").addEventListener("submit", async (event) => {
   try {
     const key = event.target.elements.key.value;
     const state = await get(`${functionPath(shown)}/state/${encodeURIComponent(key)}`);
-    const value = state.numberValue ?? state.stringValue ?? `(base64) ${state.byteValue}`;
-    out.textContent = `${value}\n(version ${state.version})`;
+    const [value, kind] = state.numberValue !== null ? [state.numberValue, "counter"]
+      : state.stringValue !== null ? [state.stringValue, "text"] : [state.byteValue, "base64"];
+    out.textContent = `${key} = ${value}\n(${kind}, version ${state.version})`;
   } catch (error) {
     out.className = "output error";
     out.textContent = reasonOf(error);
@@ -412,6 +413,8 @@ function route() {
     for (const id of ["#function-message", "#trigger-output", "#state-output"]) {
       $(id).textContent = "";
     }
+    $("#trigger-form").reset();
+    $("#state-form").reset();
   }
 }
 
