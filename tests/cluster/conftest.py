@@ -67,11 +67,12 @@ def cluster_client(cluster_broker: Broker) -> Iterator[pulsar.Client]:
     client.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Headless chromium, the system's (``MAGNETAR_CHROMIUM`` names another): Playwright is
     given the browser, it downloads none. The only reason a console test skips is that there
-    is none."""
+    is none. One per module: Playwright's event loop lives no longer than the tests that drive
+    it."""
     path = os.environ.get("MAGNETAR_CHROMIUM") or shutil.which("chromium")
     if path is None:
         pytest.skip(

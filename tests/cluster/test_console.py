@@ -36,7 +36,7 @@ def _unique(prefix: str) -> str:
 
 
 def test_a_function_deployed_from_the_console_runs_and_its_counters_move(
-    workers: tuple[Cluster, list[Worker]], console: ConsolePages, cluster_client: pulsar.Client
+    console: ConsolePages, workers: tuple[Cluster, list[Worker]], cluster_client: pulsar.Client
 ) -> None:
     _, (first, *_) = workers
     name, source, sink = _unique("shout"), _unique("in"), _unique("out")
@@ -74,7 +74,7 @@ def test_a_function_deployed_from_the_console_runs_and_its_counters_move(
 
 
 def test_a_refused_request_shows_pulsars_reason(
-    workers: tuple[Cluster, list[Worker]], console: ConsolePages
+    console: ConsolePages, workers: tuple[Cluster, list[Worker]]
 ) -> None:
     cluster, (first, second, _) = workers
     name = _unique("taken")
@@ -96,7 +96,7 @@ def test_a_refused_request_shows_pulsars_reason(
 
 
 def test_a_killed_worker_leaves_the_cluster_view_and_its_instances_move(
-    workers: tuple[Cluster, list[Worker]], console: ConsolePages
+    console: ConsolePages, workers: tuple[Cluster, list[Worker]]
 ) -> None:
     """Last in the module: it kills a worker of the module's cluster."""
     cluster, (first, *others) = workers

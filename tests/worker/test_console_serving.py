@@ -1,5 +1,6 @@
-"""The web console's page and assets as a worker serves them, and the setting that turns
-them off (what a browser does with them: tests/cluster/test_console.py)."""
+"""The web console's page and assets as a worker serves them, the setting that turns them off,
+and the term the console reads from the worker's stats (what a browser does with them:
+tests/cluster/test_console.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def test_a_worker_serves_the_console_unless_its_setting_turns_it_off(
                 200,
                 kind,
             )
+        stats = httpx.get(f"{url}/admin/v2/worker-stats/metrics").json()[0]["metrics"]
+        assert stats["cluster.term"] >= 1 and stats["cluster.assignmentVersion"] >= 1
         missing = httpx.get(f"{url}/console/secrets.txt")
         assert (missing.status_code, missing.json()) == (
             404,
