@@ -145,6 +145,12 @@ def test_the_console_loads_without_a_token_and_calls_with_the_one_given(
     expect(summary).to_have_text(
         "Cannot show the cluster: Client is not authorized to perform operation", timeout=30_000
     )
+    # a tenant's admin may not list tenants: the console lists the deploy form's tenant
+    assert _create(secured, "acme/prod/seen", "acme-admin").status_code == 204
+    page.locator("#deploy-form [name=tenant]").fill("acme")
+    expect(page.locator('tr[data-function="acme/prod/seen"]')).to_have_count(1, timeout=30_000)
+    expect(notice).to_be_hidden()
+    assert secured.call("DELETE", "/admin/v3/functions/acme/prod/seen", "admin").status_code == 204
     page.locator("#forget-token").click()
     page.locator("#token").fill(secured.tokens["admin"])
     page.locator("#token-form button").click()
