@@ -303,9 +303,8 @@ async function refreshFunction(fqfn) {
   $("#function-summary").replaceChildren(
     `${status.numRunning} of ${status.numInstances} instances running · `,
     `${(config.inputs ?? []).join(", ")}${output} · `,
-    ...[["received", "received"], ["processed", "processed"], ["exceptions", "exceptions"],
-      ["deadLetters", "dead letters"]].flatMap(([key, label], i) => [i ? ", " : "",
-      el("span", { "data-total": key }, `${totals[key]}`), ` ${label}`]));
+    ...RATES.slice(0, 4).flatMap(([metric, label], i) => [i ? ", " : "",
+      el("span", { "data-total": metric }, `${totals[metric]}`), ` ${label.replace("/s", "")}`]));
   $("#function-charts").replaceChildren(...RATES.map(([metric, label]) => el("figure", {},
     el("figcaption", {}, label), rateCell(series[metric], metric, 190, 48))));
   $("#instances tbody").replaceChildren(...status.instances.map(({ instanceId, status: s }) =>
