@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The broker's classpath, resolved once by Maven (jars cached in ~/.m2); also the stamp.
 PULSAR_CLASSPATH := apache-pulsar/classpath.txt
 
-.PHONY: install apache-pulsar demo test test-docker lint docs bench clean
+.PHONY: install apache-pulsar browser demo test test-docker lint docs bench clean
 
 install: $(STAMP) $(PULSAR_CLASSPATH)
 
@@ -30,10 +30,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The web console's tests drive Debian's chromium through Playwright (which is given the system
+# browser: it downloads none). Installed when make runs as root with apt; otherwise they skip.
+browser:
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "No chromium, and not root with apt-get to install it: the console's browser" \
+			"tests will be skipped (install it: apt-get install chromium)"; \
+	fi
+
 demo: install
 	$(BIN)/python scripts/demo.py
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest
 
 # With a Docker engine: docker compose up (tests/docker), and the Apache Pulsar suites against

@@ -123,6 +123,9 @@ class WorkerConfig(BaseModel):
     max_name_length: int = Field(default=64, ge=1)
     """Longest tenant, namespace or function name a function is registered with (names end
     up in file and topic names)."""
+    console_enabled: bool = True
+    """Serve the web console at ``/console/`` on the REST API's port (a page that calls the
+    public REST API only, with the same authentication)."""
     authentication_enabled: bool = False
     """Require a bearer token (JWT) on the admin API; see ``magnetar.worker.auth``."""
     token_secret_key: str | None = None

@@ -17,12 +17,13 @@ import httpx
 import pulsar
 import pytest
 from click.testing import CliRunner
+from playwright.sync_api import expect
 
 from magnetar.broker import find_free_port
 from magnetar.cli import main
 from magnetar.worker.cluster_key import ClusterKey, PeerSeal
 from magnetar.worker.functions import FORWARD_PATH
-from tests.cluster.conftest import Cluster, Worker, wait_until, worker_env
+from tests.cluster.conftest import Cluster, ConsolePages, Worker, wait_until, worker_env
 from tests.cluster.test_standalone import free_ports, ready
 from tests.conftest import EXAMPLES, MAGNETAR, Broker
 
@@ -160,6 +161,33 @@ def test_requests_without_a_valid_token_get_401(secured: Secured) -> None:
 def test_health_version_and_metrics_stay_open(secured: Secured) -> None:
     for path in ("/admin/v2/worker/cluster/leader/ready", "/version", "/metrics"):
         assert secured.call("GET", path, None).status_code == 200, path
+
+
+def test_the_console_loads_without_a_token_and_calls_with_the_one_given(
+    secured: Secured, console: ConsolePages
+) -> None:
+    assert secured.call("GET", "/console/", None).status_code == 200
+    page = console.open(secured.follower)
+    notice, summary = page.locator("#notice"), page.locator("#cluster-summary")
+    expect(notice).to_contain_text(
+        "This worker asks for a token: authentication required", timeout=30_000
+    )
+    page.locator("#token").fill(secured.tokens["acme-admin"])
+    page.locator("#token-form button").click()
+    expect(summary).to_have_text(
+        "Cannot show the cluster: Client is not authorized to perform operation", timeout=30_000
+    )
+    # a tenant's admin may not list tenants: the console lists the deploy form's tenant
+    assert _create(secured, "acme/prod/seen", "acme-admin").status_code == 204
+    page.locator("#deploy-form [name=tenant]").fill("acme")
+    expect(page.locator('tr[data-function="acme/prod/seen"]')).to_have_count(1, timeout=30_000)
+    expect(notice).to_be_hidden()
+    assert secured.call("DELETE", "/admin/v3/functions/acme/prod/seen", "admin").status_code == 204
+    page.locator("#forget-token").click()
+    page.locator("#token").fill(secured.tokens["admin"])
+    page.locator("#token-form button").click()
+    expect(summary).to_contain_text("2 workers · leader", timeout=30_000)
+    expect(notice).to_be_hidden()
 
 
 def test_superuser_may_do_everything(secured: Secured) -> None:

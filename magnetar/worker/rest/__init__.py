@@ -7,6 +7,7 @@ from fastapi import Depends, FastAPI
 from magnetar import __version__
 from magnetar.worker.rest.auth import authenticate_worker, authorize_request
 from magnetar.worker.rest.cluster import cluster_router
+from magnetar.worker.rest.console import console_router
 from magnetar.worker.rest.download import download_router
 from magnetar.worker.rest.errors import install_error_handlers
 from magnetar.worker.rest.functions import functions_router
@@ -45,6 +46,8 @@ def create_app(services: RestServices) -> FastAPI:
     app.include_router(trigger_router)
     app.include_router(metrics_router)
     app.include_router(tenants_router)
+    if services.config.console_enabled:
+        app.include_router(console_router)
 
     @app.get("/version", tags=["worker"])
     def version() -> dict[str, str]:

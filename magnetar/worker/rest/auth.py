@@ -5,10 +5,11 @@ One dependency on the whole app: routes under ``/admin/v3/functions/{tenant}/...
 other admin path (tenants among them) a superuser. A role that may not answers 401 with
 Apache Pulsar's reason for that path (its functions worker and broker say 401, not 403). Readiness,
 ``/version`` and ``/metrics`` stay open (health checks and scrapers carry no token, as with
-Pulsar's defaults). The internal paths a worker forwards changes on take calls from the
-cluster's workers only (sealed with the cluster key, ``magnetar.worker.cluster_key``): a
-token, a tenant admin's or a superuser's, is not enough; the caller's token that came along
-is checked for the tenant of the change all the same.
+Pulsar's defaults), and so do the web console's page and assets, which hold no data: each call
+the page makes carries the user's token and is checked here. The internal paths a worker
+forwards changes on take calls from the cluster's workers only (sealed with the cluster key,
+``magnetar.worker.cluster_key``): a token, a tenant admin's or a superuser's, is not enough;
+the caller's token that came along is checked for the tenant of the change all the same.
 
 The topics a function names are checked at register and update (``authorize_topics``) by
 the one rule of ``magnetar.topic_policy``: 401 with Pulsar's reason for another tenant's
@@ -26,6 +27,7 @@ from magnetar.topic_policy import check_topics
 from magnetar.worker.cluster_key import PEER_HEADER
 from magnetar.worker.exceptions import AuthorizationError
 from magnetar.worker.function_auth import FunctionAuthData
+from magnetar.worker.rest.console import CONSOLE_PATH
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.peers import services
 
@@ -49,7 +51,7 @@ def authorize_request(request: Request) -> None:
     """FastAPI dependency: 401 without a valid token, or when the role may not do this."""
     auth = services(request).auth
     path = request.url.path
-    if auth is None or path in _OPEN_PATHS:
+    if auth is None or path in _OPEN_PATHS or _is_console(path):
         return
     role = auth.authenticator.role(request.headers.get("authorization"))
     request.state.role = role
@@ -72,6 +74,10 @@ async def authenticate_worker(request: Request) -> None:
         return
     body = await request.body()
     seal.verify(request.method, path, body, request.headers.get(PEER_HEADER))
+
+
+def _is_console(path: str) -> bool:
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
 
 
 def not_authorized(path: str, method: str) -> ApiError:

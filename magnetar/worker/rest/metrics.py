@@ -175,6 +175,9 @@ def worker_metrics(request: Request) -> list[dict[str, Any]]:
                     current is not None and current.leader.worker_id == found.config.worker_id
                 ),
                 "cluster.workers": len(current.workers) if current else 0,
+                # the leader's term and its assignment's version, for the console
+                "cluster.term": current.term if current else 0,
+                "cluster.assignmentVersion": current.version if current else 0,
             },
         }
     ]
