@@ -70,6 +70,10 @@ class ClusterKey:
         base64, as ``token_secret_key``)."""
         return cls(read_key(setting))
 
+    def derive(self, purpose: bytes) -> bytes:
+        """A key of its own for ``purpose`` (so a seal's key never doubles as another's)."""
+        return hmac.new(self._key, b"magnetar-derive-v1:" + purpose, hashlib.sha256).digest()
+
     def mac(self, *parts: bytes) -> str:
         """The HMAC-SHA256 of ``parts`` (length-prefixed, so no two splits collide)."""
         digest = hmac.new(self._key, digestmod=hashlib.sha256)

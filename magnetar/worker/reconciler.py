@@ -114,7 +114,11 @@ class InstanceReconciler:
             config = config.model_copy(update={"js" if config.is_javascript else "py": str(path)})
             spec = InstanceSpec(fqfn, instance_id, config, function.config_version)
             if self._access is not None:
-                auth = FunctionAuthData.from_json(function.auth_data)
+                try:
+                    auth = FunctionAuthData.from_json(function.auth_data, self._access.seal)
+                except ValueError as error:
+                    log.error("function %s is not started: its credentials: %s", fqfn, error)
+                    continue
                 spec = replace(
                     spec,
                     connection=self._access.connection(auth),

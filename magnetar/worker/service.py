@@ -26,7 +26,7 @@ from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime
 from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.cluster_key import ClusterKey, PeerSeal, RecordSeal
 from magnetar.worker.config import WorkerConfig
-from magnetar.worker.function_auth import FunctionAccess
+from magnetar.worker.function_auth import FunctionAccess, TokenSeal
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.isolation import (
     InstanceIsolation,
@@ -75,6 +75,7 @@ class WorkerService:
         cluster_key = _cluster_key(config)
         record_seal = RecordSeal(cluster_key, config.accept_unsealed_history)
         peer_seal = PeerSeal(cluster_key, config.worker_id)
+        token_seal = TokenSeal(cluster_key) if cluster_key is not None else None
         # With a broker admin API: the system namespace and its policies, before anything reads
         # it; the broker's tenants and namespaces are then the ones functions live in.
         self._policies = broker_policies(config)
@@ -172,7 +173,10 @@ class WorkerService:
             busy_warning_s=config.busy_warning_s,
         )
         access = FunctionAccess(
-            config.authentication_enabled, config.superuser_roles, config.system_namespace
+            config.authentication_enabled,
+            config.superuser_roles,
+            config.system_namespace,
+            token_seal,
         )
         self.reconciler = InstanceReconciler(
             config.worker_id, self.metadata, self.assignments, self.packages, self.runtime, access
@@ -222,6 +226,7 @@ class WorkerService:
             http=http,
             auth=_admin_auth(config, tenancy),
             peer_seal=peer_seal,
+            token_seal=token_seal,
             instance_logs=logs if config.runtime == "process" else None,
             state=self.state,
         )

@@ -217,12 +217,26 @@ def test_a_hostile_function_is_refused_the_workers_secrets_and_its_neighbours(
     assert neighbour["other_tenant"] == "allowed: None"
 
 
-def test_the_submitters_token_is_kept_but_never_shown(contained: Contained) -> None:
+def test_the_submitters_token_is_kept_but_never_shown(
+    contained: Contained, cluster_client: pulsar.Client
+) -> None:
     contained.create("acme/prod/quiet", "acme-admin")
     shown = contained.call("GET", "/admin/v3/functions/acme/prod/quiet", "acme-admin")
     assert shown.status_code == 200
     assert contained.tokens["acme-admin"] not in shown.text
     assert "authData" not in shown.json()
+    # nor in clear on the metadata topic, which any client of pulsar-lite can read
+    metadata = f"persistent://public/{contained.cluster.namespace}/metadata"
+    reader = cluster_client.create_reader(metadata, pulsar.MessageId.earliest)
+    records = []
+    try:
+        while reader.has_message_available():
+            records.append(reader.read_next(5000).data())
+    finally:
+        reader.close()
+    mine = [r for r in records if b"acme/prod/quiet" in r]
+    assert mine and all(b"sealedToken" in r for r in mine)
+    assert not any(contained.tokens["acme-admin"].encode() in r for r in records)
 
 
 def test_a_javascript_function_may_not_publish_to_the_system_namespace(

@@ -127,4 +127,5 @@ def caller_auth_data(request: Request) -> dict[str, Any] | None:
     if role is None:
         return None
     authorization = request.headers.get("authorization")
-    return FunctionAuthData.from_authorization(role, authorization).to_json()
+    auth_data = FunctionAuthData.from_authorization(role, authorization)
+    return auth_data.to_json(services(request).token_seal)

@@ -13,6 +13,7 @@ from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth
 from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.config import WorkerConfig
+from magnetar.worker.function_auth import TokenSeal
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
@@ -62,6 +63,8 @@ class RestServices:
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
     """Function state queries and puts; None on a worker that serves no state."""
+    token_seal: TokenSeal | None = None
+    """Seals the token kept with a function a caller submits (None: no cluster key)."""
     instance_logs: InstanceLogs | None = None
     """Where each instance of this worker logs; None: instances log to the worker's log."""
     peer_seal: PeerSeal | None = None
