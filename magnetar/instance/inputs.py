@@ -3,6 +3,7 @@ messages handed back unprocessed, in the order they must be processed."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -86,8 +87,13 @@ class Inputs:
             except pulsar.Timeout:
                 pass
             except pulsar.AlreadyClosed:
-                if not self._stop.is_set():
-                    raise
+                if self._stop.is_set():
+                    break
+                # the client gives up a consumer whose reconnection the broker refused (seen
+                # when a restarted broker came back): subscribe again rather than fail
+                log.warning("%s: the client closed a consumer; subscribing again", consumer.topic())
+                self.rewind_requested = True
+                break
         if self._skip_before_ms:
             return self._skip_old(received)
         return received
@@ -128,7 +134,8 @@ class Inputs:
         """Resubscribe, so delivery resumes at the first unacknowledged message; what is held
         here comes again from the broker."""
         for consumer in self.consumers:
-            consumer.close()
+            with contextlib.suppress(pulsar.AlreadyClosed):
+                consumer.close()
         self.consumers.clear()
         self._handed_back.clear()
         self.retries.clear()

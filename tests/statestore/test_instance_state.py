@@ -270,6 +270,9 @@ def test_a_broker_outage_redelivers_inputs_instead_of_acknowledging_them(
         "name": "outage",
         "class_name": "word_count.WordCountFunction",
         "inputs": ["outage-in"],
+        # batches held for their delay (not sent as soon as no input waits), so the outage
+        # finds journal writes in flight
+        "producer_config": {"batchingConfig": {"batchingMaxPublishDelayMs": 10}},
     }
     options = InstanceOptions(send_timeout_ms=1000, retry_delay_ms=200)
     queries = StateQueryService(client, tmp_path / "outage-queries")
