@@ -377,6 +377,9 @@ def test_effects_and_context_values(tmp_path: Path) -> None:
     assert outcome.ack
     assert outcome.output == b'["hunter2",null,["persistent://public/default/in"],"out"]'
     assert run.metrics.user_metric_sums == {"length": 3.0}
+    [keyless] = run.process([Message(b"x", 1)])
+    # no key is '' as in Apache's Python runtime, not null
+    assert keyless.publishes[0] == ("side", b'{"n":1}', {"origin": ""})
     run.close()
 
 

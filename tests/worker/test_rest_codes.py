@@ -218,6 +218,34 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int, str]] = {
         400,
         "Function f doesn't have instance with id 5",
     ),
+    "instance status of a negative id": (
+        "GET",
+        f"{FUNCTIONS}/f/-1/status",
+        {},
+        400,
+        "Function f doesn't have instance with id -1",
+    ),
+    "instance stats of a negative id": (
+        "GET",
+        f"{FUNCTIONS}/f/-3/stats",
+        {},
+        400,
+        "Function f doesn't have instance with id -3",
+    ),
+    "start a negative id: every instance, which run": (
+        "POST",
+        f"{FUNCTIONS}/f/-1/start",
+        {},
+        400,
+        "Operation not permitted",
+    ),
+    "restart a negative id": (
+        "POST",
+        f"{FUNCTIONS}/f/-1/restart",
+        {},
+        400,
+        "public/default/f/-1 doesn't exist",
+    ),
     "start a function that runs": (
         "POST",
         f"{FUNCTIONS}/f/start",
@@ -309,6 +337,13 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int, str]] = {
         400,
         "Path key doesn't match key in json",
     ),
+    "put a state without a value": (
+        "POST",
+        f"{FUNCTIONS}/f/state/k",
+        {"data": {"state": json.dumps({"key": "k"})}},
+        400,
+        "Setting Counter values not supported in put state",
+    ),
     "query the state of a missing function": (
         "GET",
         f"{FUNCTIONS}/nope/state/k",
@@ -372,6 +407,9 @@ def test_what_succeeds_answers_204_without_a_body(api: Api) -> None:
         ("1/stop", 400),  # stopped already: Operation not permitted
         ("1/restart", 204),  # a stopped instance stays stopped, as in Pulsar
         ("1/start", 204),
+        ("-1/stop", 204),  # a negative instance id is every instance, as in Pulsar
+        ("stop", 400),
+        ("-1/start", 204),
         ("stop", 204),
         ("stop", 400),
         ("start", 204),
