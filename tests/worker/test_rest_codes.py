@@ -500,3 +500,73 @@ def test_code_pulsar_does_not_check_is_accepted_and_its_fault_shows_in_status(
     while not error() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cause in error(), error()
+
+
+def test_get_answers_the_function_config_pulsars_worker_answers(api: Api) -> None:
+    """Pulsar's defaults as its worker fills them in (FunctionConfigUtils.convertFromDetails),
+    the inputs as inputSpecs; then what was sent that Pulsar's answer leaves out. Sent back
+    as an update, it changes nothing (as in Pulsar)."""
+    sent = {"className": CLASS, "inputs": ["get-in"], "output": "get-out"}
+    created = api.call("POST", f"{FUNCTIONS}/shown", **form(sent))
+    assert created.status_code == 204, created.text
+    got = api.call("GET", f"{FUNCTIONS}/shown").json()
+    assert got == {
+        "tenant": "public",
+        "namespace": "default",
+        "name": "shown",
+        "className": CLASS,
+        "inputSpecs": {
+            "get-in": {
+                "regexPattern": False,
+                "schemaProperties": {},
+                "consumerProperties": {},
+                "poolMessages": False,
+            }
+        },
+        "output": "get-out",
+        "producerConfig": {"useThreadLocalProducers": False, "batchBuilder": ""},
+        "processingGuarantees": "ATLEAST_ONCE",
+        "retainOrdering": False,
+        "retainKeyOrdering": False,
+        "forwardSourceMessageProperty": True,
+        "userConfig": {},
+        "runtime": "PYTHON",
+        "autoAck": True,
+        "parallelism": 1,
+        "resources": {"cpu": 1.0, "ram": 1073741824, "disk": 10737418240},
+        "cleanupSubscription": True,
+        "subscriptionPosition": "Latest",
+        # as sent, beyond Pulsar's answer
+        "py": "exclamation.py",
+        "inputs": ["get-in"],
+    }
+    again = api.call("PUT", f"{FUNCTIONS}/shown", **_update(got))
+    assert (again.status_code, again.json()) == (400, {"reason": "Update contains no change"})
+    scaled = api.call("PUT", f"{FUNCTIONS}/shown", **_update({**got, "parallelism": 2}))
+    assert scaled.status_code == 204, scaled.text
+    assert api.call("GET", f"{FUNCTIONS}/shown").json()["parallelism"] == 2
+    assert api.call("DELETE", f"{FUNCTIONS}/shown").status_code == 204
+
+
+def test_get_folds_every_way_of_naming_inputs_into_input_specs(api: Api) -> None:
+    sent = {
+        "className": CLASS,
+        "topicsPattern": "persistent://public/default/pat-.*",
+        "customSerdeInputs": {"serde-in": "serde.IdentitySerDe"},
+        "inputSpecs": {"spec-in": {"receiverQueueSize": 7}},
+        "resources": {"cpu": 0.5},
+        "processingGuarantees": "EFFECTIVELY_ONCE",
+        "cleanupSubscription": False,
+    }
+    created = api.call("POST", f"{FUNCTIONS}/folded", **form(sent))
+    assert created.status_code == 204, created.text
+    got = api.call("GET", f"{FUNCTIONS}/folded").json()
+    empty = {"schemaProperties": {}, "consumerProperties": {}, "poolMessages": False}
+    assert got["inputSpecs"] == {
+        "persistent://public/default/pat-.*": {"regexPattern": True, **empty},
+        "serde-in": {"serdeClassName": "serde.IdentitySerDe", "regexPattern": False, **empty},
+        "spec-in": {"regexPattern": False, "receiverQueueSize": 7, **empty},
+    }
+    assert got["resources"] == {"cpu": 0.5, "ram": 1073741824, "disk": 10737418240}
+    assert (got["processingGuarantees"], got["cleanupSubscription"]) == ("EFFECTIVELY_ONCE", False)
+    assert api.call("DELETE", f"{FUNCTIONS}/folded").status_code == 204

@@ -17,6 +17,7 @@ from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
 from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
 from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundError
+from magnetar.worker.function_config import pulsar_function_config
 from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
@@ -256,8 +257,10 @@ def delete(
 
 @functions_router.get("/{tenant}/{namespace}/{name}")
 def get(request: Request, tenant: str, namespace: str, name: str) -> dict[str, Any]:
-    """The FunctionConfig, in Pulsar's field names."""
-    return dict(_record(_services(request), f"{tenant}/{namespace}/{name}").config)
+    """The FunctionConfig Pulsar's worker answers (its defaults filled in), then the fields
+    as sent that Pulsar's answer leaves out."""
+    record = _record(_services(request), f"{tenant}/{namespace}/{name}")
+    return pulsar_function_config(record.config)
 
 
 @functions_router.get("/{tenant}/{namespace}")
