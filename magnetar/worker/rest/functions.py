@@ -263,6 +263,13 @@ def get(request: Request, tenant: str, namespace: str, name: str) -> dict[str, A
     return pulsar_function_config(record.config)
 
 
+@functions_router.get("/builtins")
+def builtins() -> list[dict[str, Any]]:
+    """Pulsar's built-in functions (``functions available-functions``): Magnetar ships
+    none, so the list is empty (its examples/ are code to upload, not built-ins)."""
+    return []
+
+
 @functions_router.get("/{tenant}/{namespace}")
 def list_functions(request: Request, tenant: str, namespace: str) -> list[str]:
     prefix = f"{tenant}/{namespace}/"
