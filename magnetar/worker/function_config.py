@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from magnetar.instance.config import ConsumerSpec, FunctionConfig
+from magnetar.instance.exceptions import InvalidFunctionConfigError
 
 __all__ = ["DEFAULT_RESOURCES", "pulsar_function_config"]
 
@@ -26,7 +27,11 @@ DEFAULT_RESOURCES: dict[str, Any] = {"cpu": 1.0, "ram": 1073741824, "disk": 1073
 def pulsar_function_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The FunctionConfig JSON of a stored ``config`` (Pulsar's field names), as Pulsar's
     worker answers it, then the sent fields Pulsar's answer lacks."""
-    parsed = FunctionConfig.parse(dict(config))
+    try:
+        parsed = FunctionConfig.parse(dict(config))
+    except InvalidFunctionConfigError:
+        # stored by a release whose checks were looser: shown as it was sent
+        return {field: value for field, value in config.items() if value is not None}
     answer: dict[str, Any] = {
         "tenant": parsed.tenant,
         "namespace": parsed.namespace,
