@@ -24,6 +24,7 @@ from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
+from magnetar.worker.package_registry import PackageRegistry
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
@@ -162,6 +163,9 @@ class WorkerService:
             http=http,
             auth=_admin_auth(config),
             state=self.state,
+            package_registry=PackageRegistry(
+                self.metadata, self.assignments, self.leader, config.request_timeout_s, http
+            ),
         )
         self.metadata.start()
         self.assignments.start()

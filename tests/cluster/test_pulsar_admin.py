@@ -278,3 +278,48 @@ def test_tenants_and_namespaces_verbs(shell: AdminShell) -> None:
     ok(shell, "tenants", "delete", tenant)
     refused(shell, "Tenant does not exist", "tenants", "get", tenant)
     assert ok(shell, "tenants", "list").split() == ["public"]
+
+
+def test_packages_verbs_and_a_function_from_a_package(
+    shell: AdminShell, urls: list[str], tmp_path: Path
+) -> None:
+    name = f"pkg{uuid.uuid4().hex[:6]}"
+    url = f"function://public/default/{name}@v1"
+    code = str(EXAMPLES / "exclamation.py")
+    uploaded = ok(
+        shell,
+        *("packages", "upload", url, "--path", code, "--description", "shouts"),
+        *("--properties", "team=a"),
+    )
+    assert uploaded.strip() == f"The package '{url}' uploaded from path '{code}' successfully"
+    metadata = json.loads(ok(shell, "packages", "get-metadata", url))
+    assert (metadata["description"], metadata["properties"]) == ("shouts", {"team": "a"})
+    ok(shell, "packages", "update-metadata", url, "--description", "louder")
+    assert json.loads(ok(shell, "packages", "get-metadata", url))["description"] == "louder"
+    assert ok(shell, "packages", "list-versions", url.rsplit("@", 1)[0]).split() == ["v1"]
+    assert (
+        url.rsplit("@", 1)[0]
+        in ok(shell, "packages", "list", "--type", "function", "public/default").split()
+    )
+    downloaded = tmp_path / "downloaded.py"
+    ok(shell, "packages", "download", url, "--path", str(downloaded))
+    assert downloaded.read_bytes() == (EXAMPLES / "exclamation.py").read_bytes()
+
+    topic = f"pp-{uuid.uuid4().hex[:6]}"
+    created = ok(
+        shell,
+        *("functions", "create", "--py", url, "--classname", "exclamation.ExclamationFunction"),
+        *("--inputs", topic, "--output", f"{topic}-out", "--name", name),
+    )
+    assert created.strip() == "Created successfully"
+    wait_until(lambda: running(urls[0], name) == 1, 60, "the packaged function running")
+    assert ok(shell, "functions", "trigger", "--name", name, "--trigger-value", "hi").strip() == (
+        "hi!"
+    )
+    ok(shell, "functions", "delete", "--name", name)
+    ok(shell, "packages", "delete", url)
+    refused(
+        shell,
+        f"Package '{url}' metadata does not exist",
+        *("packages", "get-metadata", url),
+    )

@@ -13,6 +13,7 @@ from magnetar.worker.rest.functions import functions_router
 from magnetar.worker.rest.instances import instances_router
 from magnetar.worker.rest.limits import BodyLimit
 from magnetar.worker.rest.metrics import metrics_router
+from magnetar.worker.rest.packages import packages_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
 from magnetar.worker.rest.state import state_router
 from magnetar.worker.rest.tenants import tenants_router
@@ -43,6 +44,7 @@ def create_app(services: RestServices) -> FastAPI:
     app.include_router(trigger_router)
     app.include_router(metrics_router)
     app.include_router(tenants_router)
+    app.include_router(packages_router)
 
     @app.get("/version", tags=["worker"])
     def version() -> dict[str, str]:

@@ -21,6 +21,7 @@ from magnetar.worker.function_config import pulsar_function_config
 from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
+from magnetar.worker.package_registry import PACKAGE_TYPES, PackageName
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.services import RestServices
 from magnetar.worker.rest.state import delete_function_state
@@ -72,6 +73,8 @@ async def _code(
     if data is not None:
         content = await data.read(limit + 1)
         filename = data.filename or ""
+    elif url and url.startswith(_PACKAGE_SCHEMES):
+        content, filename = await run_in_threadpool(_from_package, services, url)
     elif url:
         content = await run_in_threadpool(_fetch, url, limit, services.auth is None)
         filename = urlsplit(url).path
@@ -80,6 +83,17 @@ async def _code(
     if len(content) > limit:
         raise ApiError(413, f"the function package is larger than {limit} bytes")
     return content, PurePath(filename).name
+
+
+_PACKAGE_SCHEMES = tuple(f"{kind}://" for kind in PACKAGE_TYPES)
+
+
+def _from_package(services: RestServices, url: str) -> tuple[bytes, str]:
+    """The content and file name of a package of Pulsar's package management."""
+    if services.package_registry is None:
+        raise ApiError(400, "this worker serves no package management")
+    ref = services.package_registry.ref(PackageName.parse(url))
+    return services.packages.fetch(ref).read_bytes(), ref.filename
 
 
 def _fetch(url: str, limit: int, allow_files: bool) -> bytes:

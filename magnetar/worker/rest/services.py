@@ -16,6 +16,7 @@ from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
+from magnetar.worker.package_registry import PackageRegistry
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.tenancy import Tenancy, TenancyManager
 from magnetar.worker.trigger import FunctionTrigger
@@ -60,6 +61,8 @@ class RestServices:
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
     """Function state queries and puts; None on a worker that serves no state."""
+    package_registry: PackageRegistry | None = None
+    """Pulsar's package management (named, versioned packages); None: not served."""
 
     @property
     def replicated_tenancy(self) -> TenancyManager | None:
