@@ -45,7 +45,10 @@ _URL = re.compile(
     r"(?P<type>\w+)://(?P<tenant>[^/@]+)/(?P<namespace>[^/@]+)/(?P<name>[^/@]+)(@(?P<version>[^/@]+))?"
 )
 
-PackageOp = Literal["upload", "update_metadata", "delete"]
+_FILE_KIND = "package-file"
+"""Files ``functions upload --path`` stored, by path (Pulsar keeps them at that path)."""
+
+PackageOp = Literal["upload", "update_metadata", "delete", "put_file"]
 
 
 class PackageNotFoundError(RequestRefusedError):
@@ -103,9 +106,19 @@ class PackageChange:
     """One change to one package version, as sent to the leader."""
 
     op: PackageOp
-    name: PackageName
+    name: PackageName | str
+    """The package; for put_file, the file's path."""
     value: Entry | None = None
-    """For upload: the package reference and metadata; for update_metadata: the metadata."""
+    """For upload: the package reference and metadata; for update_metadata: the metadata;
+    for put_file: the reference."""
+
+    @property
+    def kind(self) -> str:
+        return _FILE_KIND if self.op == "put_file" else _KIND
+
+    @property
+    def key(self) -> str:
+        return self.name.key if isinstance(self.name, PackageName) else self.name
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "name": str(self.name), "value": self.value}
@@ -116,9 +129,8 @@ class PackageChange:
         if op not in get_args(PackageOp):
             raise KeyError(f"unknown operation {op!r}")
         value = data.get("value")
-        return cls(
-            op, PackageName.parse(str(data["name"])), value if isinstance(value, dict) else None
-        )
+        name = str(data["name"]) if op == "put_file" else PackageName.parse(str(data["name"]))
+        return cls(op, name, value if isinstance(value, dict) else None)
 
 
 def package_metadata(value: Any) -> dict[str, Any]:
@@ -206,27 +218,41 @@ class PackageRegistry:
     def delete(self, name: PackageName, authorization: str | None) -> None:
         self._submit(PackageChange("delete", name), authorization)
 
+    def put_file(self, path: str, ref: PackageRef, authorization: str | None) -> None:
+        """Keep a file at ``path`` (``functions upload``); one there already is replaced."""
+        self._submit(PackageChange("put_file", path, {"package": ref.to_json()}), authorization)
+
+    def file(self, path: str) -> PackageRef:
+        """The file ``functions upload`` stored at ``path``."""
+        self._metadata.catch_up(self._timeout)
+        entry = self._metadata.entries(_FILE_KIND).get(path)
+        if entry is None:
+            raise PackageNotFoundError(f"Function package {path} does not exist")
+        return PackageRef.from_json(entry["package"])
+
     def apply_forwarded(self, change: PackageChange) -> int:
         """On the leader: apply a change another worker forwarded; the new version."""
         self._write(change)
-        return self._metadata.version_of(self._metadata.entry_key(_KIND, change.name.key))
+        return self._metadata.version_of(self._metadata.entry_key(change.kind, change.key))
 
     def _submit(self, change: PackageChange, authorization: str | None) -> None:
         self._channel.submit(
             lambda: self._write(change),
-            self._metadata.entry_key(_KIND, change.name.key),
+            self._metadata.entry_key(change.kind, change.key),
             FORWARD_PATH,
             change.to_json(),
             authorization,
         )
 
     def _write(self, change: PackageChange) -> None:
-        self._leader.write_entry(_KIND, change.name.key, lambda current: _decide(change, current))
+        self._leader.write_entry(change.kind, change.key, lambda current: _decide(change, current))
 
 
 def _decide(change: PackageChange, current: Entry | None) -> Entry | None:
     """The new entry, or Pulsar's refusal (run on the leader while writes are serialized)."""
     now = int(time.time() * 1000)
+    if change.op == "put_file":
+        return change.value
     if change.op == "upload":
         if current is not None:
             raise AlreadyExistsError(f"Package '{change.name}' metadata already exists")

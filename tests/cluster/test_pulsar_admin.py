@@ -318,6 +318,21 @@ def test_packages_verbs_and_a_function_from_a_package(
     )
     ok(shell, "functions", "delete", "--name", name)
     ok(shell, "packages", "delete", url)
+
+    # functions upload/download --path: a file kept at a path of one's choosing
+    kept = f"files/{name}/exclamation.py"
+    assert (
+        ok(shell, "functions", "upload", "--source-file", code, "--path", kept).strip()
+        == "Uploaded successfully"
+    )
+    fetched = tmp_path / "fetched.py"
+    assert (
+        ok(
+            shell, "functions", "download", "--path", kept, "--destination-file", str(fetched)
+        ).strip()
+        == "Downloaded successfully"
+    )
+    assert fetched.read_bytes() == (EXAMPLES / "exclamation.py").read_bytes()
     refused(
         shell,
         f"Package '{url}' metadata does not exist",

@@ -126,3 +126,31 @@ def test_a_function_runs_from_a_function_package(rest_cluster: InProcessCluster)
         call(rest_cluster, "DELETE", f"/admin/v3/functions/public/default/{name}").status_code
         == 204
     )
+
+
+def test_a_file_is_kept_at_a_path_and_downloaded_from_any_worker(
+    rest_cluster: InProcessCluster,
+) -> None:
+    path = f"files/{uuid.uuid4().hex[:6]}/exclamation.py"
+    kept = call(
+        rest_cluster,
+        "POST",
+        "/admin/v3/functions/upload",
+        files={"data": ("e.py", CODE)},
+        data={"path": path},
+    )
+    assert (kept.status_code, kept.content) == (204, b""), kept.text
+    leader = httpx.get(
+        rest_cluster.url("leader") + "/admin/v3/functions/download", params={"path": path}
+    )
+    assert (leader.status_code, leader.content) == (200, CODE)
+    missing = call(rest_cluster, "GET", "/admin/v3/functions/download", params={"path": "nope"})
+    assert (missing.status_code, missing.json()) == (
+        404,
+        {"reason": "Function package nope does not exist"},
+    )
+    no_file = call(rest_cluster, "POST", "/admin/v3/functions/upload", data={"path": path})
+    assert (no_file.status_code, no_file.json()) == (
+        400,
+        {"reason": f"Function Package is not provided {path}"},
+    )
