@@ -1,6 +1,6 @@
 """Apache Pulsar's package management on the worker (``/admin/v3/packages/...``): upload
-with metadata, download, metadata get and update, versions, packages, delete, and a
-function created from a ``function://`` package; asked of a worker that is not the leader."""
+with metadata, download, metadata get and update, versions, packages, delete; and
+``functions upload/download --path``; asked of a worker that is not the leader."""
 
 from __future__ import annotations
 
@@ -86,45 +86,6 @@ def test_a_package_version_is_uploaded_described_listed_and_deleted(
     assert (no_namespace.status_code, no_namespace.json()) == (
         400,
         {"reason": "Namespace does not exist"},
-    )
-
-
-def test_a_function_runs_from_a_function_package(rest_cluster: InProcessCluster) -> None:
-    name = f"pkgfn{uuid.uuid4().hex[:6]}"
-    url = f"function://public/default/{name}@1.0"
-    uploaded = call(
-        rest_cluster,
-        "POST",
-        f"{PACKAGES}/function/public/default/{name}/1.0",
-        files={"file": ("exclamation.py", CODE)},
-    )
-    assert uploaded.status_code == 204, uploaded.text
-    config = {"className": "exclamation.ExclamationFunction", "inputs": [f"{name}-in"]}
-    created = call(
-        rest_cluster,
-        "POST",
-        f"/admin/v3/functions/public/default/{name}",
-        data={"functionConfig": json.dumps(config), "url": url},
-    )
-    assert created.status_code == 204, created.text
-    downloaded = call(rest_cluster, "GET", f"/admin/v3/functions/public/default/{name}/download")
-    assert downloaded.content == CODE
-    assert call(rest_cluster, "GET", f"/admin/v3/functions/public/default/{name}").json()["py"] == (
-        "exclamation.py"
-    )
-    missing = call(
-        rest_cluster,
-        "POST",
-        f"/admin/v3/functions/public/default/{name}-2",
-        data={"functionConfig": json.dumps(config), "url": f"{url}-missing"},
-    )
-    assert (missing.status_code, missing.json()) == (
-        404,
-        {"reason": f"Package '{url}-missing' metadata does not exist"},
-    )
-    assert (
-        call(rest_cluster, "DELETE", f"/admin/v3/functions/public/default/{name}").status_code
-        == 204
     )
 
 
