@@ -6,21 +6,24 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The broker's classpath, resolved once by Maven (jars cached in ~/.m2); also the stamp.
 PULSAR_CLASSPATH := apache-pulsar/classpath.txt
+# Apache Pulsar's own pulsar-admin (pulsar-client-tools), which the suite drives Magnetar with.
+PULSAR_ADMIN_CLASSPATH := apache-pulsar/pulsar-admin/classpath.txt
 
 .PHONY: install apache-pulsar browser demo test test-docker lint docs bench clean
 
-install: $(STAMP) $(PULSAR_CLASSPATH)
+install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
 
-apache-pulsar: $(PULSAR_CLASSPATH)
+apache-pulsar: $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
 
-$(PULSAR_CLASSPATH): apache-pulsar/pom.xml
+# Each pom's runtime classpath, written beside it.
+$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH): %/classpath.txt: %/pom.xml
 	@command -v java >/dev/null || { echo "Apache Pulsar (for the tests) needs Java 17:" \
 		"install a JDK (apt-get install openjdk-17-jdk-headless) and run make again"; exit 1; }
 	@command -v mvn >/dev/null || { echo "Fetching Apache Pulsar (for the tests) needs Maven:" \
 		"install it (apt-get install maven) and run make again"; exit 1; }
-	cd apache-pulsar && mvn -q -B dependency:build-classpath -Dmdep.includeScope=runtime \
+	cd $* && mvn -q -B dependency:build-classpath -Dmdep.includeScope=runtime \
 		-Dmdep.outputFile=classpath.tmp
-	mv apache-pulsar/classpath.tmp $@
+	mv $*/classpath.tmp $@
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -72,4 +75,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build site bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		$(PULSAR_CLASSPATH)
+		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)

@@ -79,6 +79,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Which Apache Pulsar release the Apache suites run on (with ``--apache-pulsar maven``)."""
+    if "apache" not in _chosen_brokers(config) or config.getoption("apache_pulsar") != "maven":
+        return None
+    from magnetar.testing import CLASSPATH_FILE
+
+    jars = CLASSPATH_FILE.read_text().split(":") if CLASSPATH_FILE.is_file() else []
+    names = (Path(jar).name for jar in jars)
+    broker = next((n for n in names if n.startswith("pulsar-broker-") and n[14:15].isdigit()), "")
+    release = broker.removeprefix("pulsar-broker-").removesuffix(".jar")
+    return f"Apache Pulsar: {release or 'not resolved (run make apache-pulsar)'} (Maven Central)"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     chosen = _chosen_brokers(config)
     unknown = chosen - set(BROKERS)

@@ -24,7 +24,8 @@ __all__ = [
     "with_default_name",
 ]
 
-_URL_SCHEMES = ("http://", "https://", "file://")
+_URL_SCHEMES = ("http://", "https://", "file://", "function://", "source://", "sink://")
+"""Besides http(s) and file: packages of Pulsar's package management (function://...)."""
 
 
 def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -87,7 +87,8 @@ class ConsumerSpec(_Model):
     """SerDe class for this input, ``module.ClassName``."""
     is_regex: bool = Field(
         default=False,
-        validation_alias=AliasChoices("isRegexPattern", "isRegex", "is_regex"),
+        # regexPattern: as Pulsar's worker answers it (functions get), sent back
+        validation_alias=AliasChoices("isRegexPattern", "regexPattern", "isRegex", "is_regex"),
         serialization_alias="isRegexPattern",
     )
     """The key is a topic pattern rather than a topic (Pulsar's ``isRegexPattern``)."""
@@ -473,7 +474,8 @@ def _validate_producer(config: FunctionConfig) -> None:
     producer = config.producer_config
     builders = [config.batch_builder, producer.batch_builder if producer else None]
     for builder in builders:
-        if builder is not None and builder.upper() not in _BATCH_BUILDERS:
+        # blank: unset, as Pulsar's worker answers an unset one
+        if builder and builder.upper() not in _BATCH_BUILDERS:
             raise ValueError(f"batchBuilder {builder!r} must be DEFAULT or KEY_BASED")
     compression = producer.compression_type if producer else None
     if compression is not None and compression.upper() not in _COMPRESSION_TYPES:

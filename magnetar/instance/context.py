@@ -107,8 +107,9 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
     def get_message_id(self) -> Any:
         return self.message.message_id()
 
-    def get_message_key(self) -> str | None:
-        return self.message.partition_key() or None
+    def get_message_key(self) -> str:
+        """The message's key; ``''`` when it has none, as in Apache Pulsar's runtime."""
+        return str(self.message.partition_key())
 
     def get_message_eventtime(self) -> int:
         return int(self.message.event_timestamp())
@@ -119,8 +120,8 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
     def get_current_message_topic_name(self) -> str:
         return self.topic
 
-    def get_partition_key(self) -> str | None:
-        return self.message.partition_key() or None
+    def get_partition_key(self) -> str:
+        return str(self.message.partition_key())
 
     def get_ordering_key(self) -> bytes | None:
         return self.message.ordering_key() or None

@@ -12,7 +12,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ExceptionInfo", "InstanceMetrics", "MetricsSnapshot", "WindowCounts"]
+__all__ = [
+    "USER_METRIC_PREFIX",
+    "ExceptionInfo",
+    "InstanceMetrics",
+    "MetricsSnapshot",
+    "WindowCounts",
+]
 
 _LATEST_EXCEPTIONS = 10
 _LATENCY_WINDOW = 4096
@@ -67,7 +73,8 @@ class MetricsSnapshot:
     average_latency_ms: float
     p99_latency_ms: float
     last_invocation_ms: int
-    user_metrics: dict[str, float]
+    user_metrics: dict[str, tuple[float, int]]
+    """``context.record_metric`` values: name -> (sum, count)."""
     num_restarts: int = 0
     worker_id: str = ""
     last_minute: WindowCounts = field(default_factory=WindowCounts)
@@ -109,9 +116,22 @@ class MetricsSnapshot:
                 "1min": self.last_minute.to_json(),
                 "lastInvocation": self.last_invocation_ms,
                 "deadLetteredTotal": self.dead_lettered,
-                "userMetrics": dict(self.user_metrics),
+                "userMetrics": self.user_metrics_json(),
             },
         }
+
+    def user_metrics_json(self) -> dict[str, float]:
+        """The user metrics as Apache Pulsar's instances report them in stats:
+        ``user_metric_<name>_sum`` and ``user_metric_<name>_count`` (a double there too)."""
+        named: dict[str, float] = {}
+        for name, (total, count) in sorted(self.user_metrics.items()):
+            named[f"{USER_METRIC_PREFIX}{name}_sum"] = total
+            named[f"{USER_METRIC_PREFIX}{name}_count"] = float(count)
+        return named
+
+
+USER_METRIC_PREFIX = "user_metric_"
+"""Apache Pulsar's prefix of a user metric's name in stats and Prometheus."""
 
 
 @dataclass
@@ -172,7 +192,7 @@ class InstanceMetrics:
             p99_latency_ms=p99 * 1000,
             last_invocation_ms=self.last_invocation_ms,
             user_metrics={
-                name: total / self.user_metric_counts[name]
+                name: (total, self.user_metric_counts[name])
                 for name, total in self.user_metric_sums.items()
             },
             last_minute=self._last_minute(),

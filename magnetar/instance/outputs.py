@@ -116,15 +116,13 @@ class Outputs:
             raise InstanceError(f"cannot create a producer on {full}: {error}") from error
 
     def result_kwargs(self, message: Any, message_id: Any, topic: str) -> dict[str, Any]:
-        """How the result of ``message`` is sent: its key, event time and properties, and the
-        input's topic and id (``trigger`` finds the result by them)."""
+        """How the result of ``message`` is sent: its event time and properties, and the
+        input's topic and id (``trigger`` finds the result by them). Without the input's key,
+        as Apache Pulsar's Python runtime sends it."""
         properties = dict(message.properties()) if self._forward_properties else {}
         properties[INPUT_TOPIC] = topic
         properties[INPUT_MSG_ID] = base64.b64encode(message_id.serialize()).decode()
         kwargs: dict[str, Any] = {"properties": properties}
-        key = message.partition_key()
-        if key:
-            kwargs["partition_key"] = key
         event_time = message.event_timestamp()
         if event_time:
             kwargs["event_timestamp"] = event_time

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from magnetar.instance.config import FunctionConfig
 from magnetar.topics import full_topic_name
 from magnetar.worker.exceptions import RequestRefusedError
+from magnetar.worker.function_config import DEFAULT_RESOURCES
 
 __all__ = ["changes_anything", "merge_update", "unknown_fields"]
 
@@ -104,10 +105,18 @@ def _canonical(config: FunctionConfig) -> dict[str, Any]:
     specs = {}
     for topic, spec in config.input_specs.items():
         extra = spec.model_dump(exclude_defaults=True, exclude={"serde_class_name", "is_regex"})
+        # as ``get`` answers them: empty properties, messages not pooled
+        extra = {field: value for field, value in extra.items() if value not in ({}, False)}
         if extra:
             specs[topic if spec.is_regex else full_topic_name(topic)] = extra
+    producer = config.producer_config.model_dump() if config.producer_config else {}
     return {
-        **config.model_dump(exclude=inputs),
+        **config.model_dump(exclude=inputs | {"resources", "producer_config", "batch_builder"}),
+        # unset as ``get`` answers it: Pulsar's defaults, a blank batch builder
+        "resources": {**DEFAULT_RESOURCES, **(config.resources or {})},
+        "cleanup_subscription": config.cleanup_subscription is not False,
+        "producer": {field: value for field, value in producer.items() if value},
+        "batch_builder": config.batch_builder or None,
         "inputSerdes": config.input_serdes(),
         "patterns": sorted(config.input_patterns()),
         "specs": specs,
@@ -148,7 +157,7 @@ def _respecified(current: FunctionConfig, specs: dict[str, dict[str, Any]]) -> d
     patterns = set(current.input_patterns())
     topics = set(current.input_serdes())
     for topic, spec in specs.items():
-        regex = bool(spec.get("isRegexPattern") or spec.get("isRegex"))
+        regex = any(spec.get(f) for f in ("isRegexPattern", "regexPattern", "isRegex"))
         if topic in patterns:
             known_regex = True
         else:

@@ -38,6 +38,7 @@ from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
+from magnetar.worker.package_registry import PackageRegistry
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.reconciler import InstanceReconciler
 from magnetar.worker.rest import RestServices, create_app
@@ -229,6 +230,14 @@ class WorkerService:
             token_seal=token_seal,
             instance_logs=logs if config.runtime == "process" else None,
             state=self.state,
+            package_registry=PackageRegistry(
+                self.metadata,
+                self.assignments,
+                self.leader,
+                config.request_timeout_s,
+                http,
+                peer_seal,
+            ),
         )
         self.metadata.start()
         self.assignments.start()

@@ -44,7 +44,7 @@ def test_exclamation_class_outputs_each_input_with_pulsar_properties(
     out = collect(client, f"{topic}-out", 20)
     assert values(out) == [f"hello-{i}!" for i in range(20)]
     first = out[0]
-    assert first.partition_key() == "key-0"
+    assert first.partition_key() == ""  # Apache's Python runtime sends the result without a key
     assert first.event_timestamp() == 1_700_000_000_000
     properties = first.properties()
     assert properties["origin"] == "test"
@@ -69,6 +69,44 @@ def test_plain_process_function_and_status(
     stats = instance.snapshot().stats()["metrics"]
     assert stats["processedSuccessfullyTotal"] == 3
     assert stats["avgProcessLatency"] >= 0
+
+
+KEYS_AND_METRICS = """
+from pulsar import Function
+
+
+class KeyAndMetric(Function):
+    def process(self, input, context):
+        context.record_metric("size", len(input))
+        return "key " + context.get_message_key() + "|" + context.get_partition_key()
+"""
+
+
+def test_a_message_without_a_key_has_the_empty_key_and_metrics_are_sum_and_count(
+    client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
+) -> None:
+    """As Apache Pulsar's Python runtime: ``''`` for no key (concatenating it works), user
+    metrics in stats as ``user_metric_<name>_sum`` and ``_count``."""
+    code = tmp_path / "keys_and_metrics.py"
+    code.write_text(KEYS_AND_METRICS)
+    instance = run_function(
+        py=str(code),
+        class_name="keys_and_metrics.KeyAndMetric",
+        inputs=[topic],
+        output=f"{topic}-out",
+    )
+    producer = client.create_producer(topic)
+    producer.send(b"abc", partition_key="k1")
+    producer.send(b"defgh")
+    producer.close()
+    out = collect(client, f"{topic}-out", 2)
+    assert values(out) == ["key k1|k1", "key |"]
+    assert [m.partition_key() for m in out] == ["", ""]
+    wait_for(lambda: instance.metrics.processed == 2)
+    assert instance.snapshot().stats()["metrics"]["userMetrics"] == {
+        "user_metric_size_sum": 8.0,
+        "user_metric_size_count": 2.0,
+    }
 
 
 def test_numbers_pass_through_identity_serde(

@@ -377,6 +377,9 @@ def test_effects_and_context_values(tmp_path: Path) -> None:
     assert outcome.ack
     assert outcome.output == b'["hunter2",null,["persistent://public/default/in"],"out"]'
     assert run.metrics.user_metric_sums == {"length": 3.0}
+    [keyless] = run.process([Message(b"x", 1)])
+    # no key is '' as in Apache's Python runtime, not null
+    assert keyless.publishes[0] == ("side", b'{"n":1}', {"origin": ""})
     run.close()
 
 
@@ -421,7 +424,8 @@ def test_metadata_is_sent_once_the_function_asks_for_it(tmp_path: Path) -> None:
     )
     assert not run.with_metadata
     messages = [Message(b"a", 0, key="k0"), Message(b"b", 1)]
-    assert [o.output for o in run.process(messages)] == [b"a:k0:2", b"b:null:3"]
+    # no key is "", as in Apache's Python runtime
+    assert [o.output for o in run.process(messages)] == [b"a:k0:2", b"b::3"]
     assert run.with_metadata  # from now on, with every batch
     assert [o.output for o in run.process([Message(b"c", 2, key="k2")])] == [b"c:k2:4"]
     run.close()

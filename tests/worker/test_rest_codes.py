@@ -218,6 +218,34 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int, str]] = {
         400,
         "Function f doesn't have instance with id 5",
     ),
+    "instance status of a negative id": (
+        "GET",
+        f"{FUNCTIONS}/f/-1/status",
+        {},
+        400,
+        "Function f doesn't have instance with id -1",
+    ),
+    "instance stats of a negative id": (
+        "GET",
+        f"{FUNCTIONS}/f/-3/stats",
+        {},
+        400,
+        "Function f doesn't have instance with id -3",
+    ),
+    "start a negative id: every instance, which run": (
+        "POST",
+        f"{FUNCTIONS}/f/-1/start",
+        {},
+        400,
+        "Operation not permitted",
+    ),
+    "restart a negative id": (
+        "POST",
+        f"{FUNCTIONS}/f/-1/restart",
+        {},
+        400,
+        "public/default/f/-1 doesn't exist",
+    ),
     "start a function that runs": (
         "POST",
         f"{FUNCTIONS}/f/start",
@@ -309,6 +337,13 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int, str]] = {
         400,
         "Path key doesn't match key in json",
     ),
+    "put a state without a value": (
+        "POST",
+        f"{FUNCTIONS}/f/state/k",
+        {"data": {"state": json.dumps({"key": "k"})}},
+        400,
+        "Setting Counter values not supported in put state",
+    ),
     "query the state of a missing function": (
         "GET",
         f"{FUNCTIONS}/nope/state/k",
@@ -372,6 +407,9 @@ def test_what_succeeds_answers_204_without_a_body(api: Api) -> None:
         ("1/stop", 400),  # stopped already: Operation not permitted
         ("1/restart", 204),  # a stopped instance stays stopped, as in Pulsar
         ("1/start", 204),
+        ("-1/stop", 204),  # a negative instance id is every instance, as in Pulsar
+        ("stop", 400),
+        ("-1/start", 204),
         ("stop", 204),
         ("stop", 400),
         ("start", 204),
@@ -491,3 +529,73 @@ def test_no_function_names_a_topic_of_the_system_namespace(api: Api) -> None:
         {"reason": f"output names persistent://{system}/assignments, {wall}"},
     )
     assert api.call("GET", f"{FUNCTIONS}/spy").status_code == 404
+
+
+def test_get_answers_the_function_config_pulsars_worker_answers(api: Api) -> None:
+    """Pulsar's defaults as its worker fills them in (FunctionConfigUtils.convertFromDetails),
+    the inputs as inputSpecs; then what was sent that Pulsar's answer leaves out. Sent back
+    as an update, it changes nothing (as in Pulsar)."""
+    sent = {"className": CLASS, "inputs": ["get-in"], "output": "get-out"}
+    created = api.call("POST", f"{FUNCTIONS}/shown", **form(sent))
+    assert created.status_code == 204, created.text
+    got = api.call("GET", f"{FUNCTIONS}/shown").json()
+    assert got == {
+        "tenant": "public",
+        "namespace": "default",
+        "name": "shown",
+        "className": CLASS,
+        "inputSpecs": {
+            "get-in": {
+                "regexPattern": False,
+                "schemaProperties": {},
+                "consumerProperties": {},
+                "poolMessages": False,
+            }
+        },
+        "output": "get-out",
+        "producerConfig": {"useThreadLocalProducers": False, "batchBuilder": ""},
+        "processingGuarantees": "ATLEAST_ONCE",
+        "retainOrdering": False,
+        "retainKeyOrdering": False,
+        "forwardSourceMessageProperty": True,
+        "userConfig": {},
+        "runtime": "PYTHON",
+        "autoAck": True,
+        "parallelism": 1,
+        "resources": {"cpu": 1.0, "ram": 1073741824, "disk": 10737418240},
+        "cleanupSubscription": True,
+        "subscriptionPosition": "Latest",
+        # as sent, beyond Pulsar's answer
+        "py": "exclamation.py",
+        "inputs": ["get-in"],
+    }
+    again = api.call("PUT", f"{FUNCTIONS}/shown", **_update(got))
+    assert (again.status_code, again.json()) == (400, {"reason": "Update contains no change"})
+    scaled = api.call("PUT", f"{FUNCTIONS}/shown", **_update({**got, "parallelism": 2}))
+    assert scaled.status_code == 204, scaled.text
+    assert api.call("GET", f"{FUNCTIONS}/shown").json()["parallelism"] == 2
+    assert api.call("DELETE", f"{FUNCTIONS}/shown").status_code == 204
+
+
+def test_get_folds_every_way_of_naming_inputs_into_input_specs(api: Api) -> None:
+    sent = {
+        "className": CLASS,
+        "topicsPattern": "persistent://public/default/pat-.*",
+        "customSerdeInputs": {"serde-in": "serde.IdentitySerDe"},
+        "inputSpecs": {"spec-in": {"receiverQueueSize": 7}},
+        "resources": {"cpu": 0.5},
+        "processingGuarantees": "EFFECTIVELY_ONCE",
+        "cleanupSubscription": False,
+    }
+    created = api.call("POST", f"{FUNCTIONS}/folded", **form(sent))
+    assert created.status_code == 204, created.text
+    got = api.call("GET", f"{FUNCTIONS}/folded").json()
+    empty = {"schemaProperties": {}, "consumerProperties": {}, "poolMessages": False}
+    assert got["inputSpecs"] == {
+        "persistent://public/default/pat-.*": {"regexPattern": True, **empty},
+        "serde-in": {"serdeClassName": "serde.IdentitySerDe", "regexPattern": False, **empty},
+        "spec-in": {"regexPattern": False, "receiverQueueSize": 7, **empty},
+    }
+    assert got["resources"] == {"cpu": 0.5, "ram": 1073741824, "disk": 10737418240}
+    assert (got["processingGuarantees"], got["cleanupSubscription"]) == ("EFFECTIVELY_ONCE", False)
+    assert api.call("DELETE", f"{FUNCTIONS}/folded").status_code == 204

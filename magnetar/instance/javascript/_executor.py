@@ -140,7 +140,7 @@ class ScriptExecutor:
                 [
                     message.topic_name(),
                     str(message.message_id()),
-                    message.partition_key() or None,
+                    message.partition_key(),  # '' without a key, as in Python
                     message.event_timestamp(),
                     message.properties(),
                 ]

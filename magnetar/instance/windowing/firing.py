@@ -143,7 +143,7 @@ class WindowFiring:
         message_id = newest.message.message_id()
         if content is not None:
             kwargs = self._outputs.result_kwargs(newest.message, message_id, newest.topic)
-            for field in ("partition_key", "event_timestamp", "sequence_id"):
+            for field in ("event_timestamp", "sequence_id"):
                 kwargs.pop(field, None)  # they describe one input, not a window
             if self._event_time and activation.end:
                 kwargs["event_timestamp"] = activation.end

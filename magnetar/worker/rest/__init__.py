@@ -15,6 +15,7 @@ from magnetar.worker.rest.instances import instances_router
 from magnetar.worker.rest.limits import BodyLimit
 from magnetar.worker.rest.logs import logs_router
 from magnetar.worker.rest.metrics import metrics_router
+from magnetar.worker.rest.packages import packages_router
 from magnetar.worker.rest.services import InstanceStatuses, RestServices
 from magnetar.worker.rest.state import state_router
 from magnetar.worker.rest.tenants import tenants_router
@@ -48,6 +49,7 @@ def create_app(services: RestServices) -> FastAPI:
     app.include_router(tenants_router)
     if services.config.console_enabled:
         app.include_router(console_router)
+    app.include_router(packages_router)
 
     @app.get("/version", tags=["worker"])
     def version() -> dict[str, str]:

@@ -14,6 +14,8 @@ from magnetar.instance.config import FunctionConfig
 from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
+from magnetar.worker.package_registry import FORWARD_PATH as PACKAGES_FORWARD_PATH
+from magnetar.worker.package_registry import PackageChange
 from magnetar.worker.rest.auth import (
     authorize_topics,
     caller_auth_data,
@@ -156,6 +158,30 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
         # the credentials kept are the forwarded caller's own, whatever the body claims
         forwarded = replace(forwarded, auth_data=caller_auth_data(request))
     return {"version": services.functions.apply_forwarded(forwarded)}
+
+
+@cluster_router.post(
+    PACKAGES_FORWARD_PATH.removeprefix("/admin/v2/worker"), include_in_schema=False
+)
+def forwarded_package_change(
+    request: Request, change: Annotated[dict[str, Any], Body()]
+) -> dict[str, int]:
+    """A package change forwarded by a worker that is not the leader."""
+    services = _services(request)
+    registry = services.package_registry
+    if registry is None:
+        raise ApiError(400, "this worker serves no package management")
+    try:
+        forwarded = PackageChange.from_json(change)
+    except (KeyError, TypeError) as error:
+        raise ApiError(400, f"malformed package change: {error}") from None
+    role = caller_role(request)
+    if services.auth is not None and role is not None:
+        try:
+            services.auth.authorizer.require_superuser(role)
+        except AuthorizationError:
+            raise not_authorized("/admin/v3/packages/", "POST") from None
+    return {"version": registry.apply_forwarded(forwarded)}
 
 
 @cluster_router.post(TENANCY_FORWARD_PATH.removeprefix("/admin/v2/worker"), include_in_schema=False)

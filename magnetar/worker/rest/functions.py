@@ -16,9 +16,11 @@ from starlette.concurrency import run_in_threadpool
 from magnetar.instance.exceptions import FunctionLoadError
 from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
 from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundError
+from magnetar.worker.function_config import pulsar_function_config
 from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
 from magnetar.worker.functions import FunctionChange
 from magnetar.worker.metadata import FunctionRecord
+from magnetar.worker.package_registry import PACKAGE_TYPES, PackageName
 from magnetar.worker.rest.auth import authorize_topics, caller_auth_data
 from magnetar.worker.rest.errors import ApiError
 from magnetar.worker.rest.services import RestServices
@@ -75,6 +77,8 @@ async def _code(
     if data is not None:
         content = await data.read(limit + 1)
         filename = data.filename or ""
+    elif url and url.startswith(_PACKAGE_SCHEMES):
+        content, filename = await run_in_threadpool(_from_package, services, url)
     elif url:
         content = await run_in_threadpool(_fetch, url, limit, services.auth is None)
         filename = urlsplit(url).path
@@ -83,6 +87,17 @@ async def _code(
     if len(content) > limit:
         raise ApiError(413, f"the function package is larger than {limit} bytes")
     return content, PurePath(filename).name
+
+
+_PACKAGE_SCHEMES = tuple(f"{kind}://" for kind in PACKAGE_TYPES)
+
+
+def _from_package(services: RestServices, url: str) -> tuple[bytes, str]:
+    """The content and file name of a package of Pulsar's package management."""
+    if services.package_registry is None:
+        raise ApiError(400, "this worker serves no package management")
+    ref = services.package_registry.ref(PackageName.parse(url))
+    return services.packages.fetch(ref).read_bytes(), ref.filename
 
 
 def _fetch(url: str, limit: int, allow_files: bool) -> bytes:
@@ -273,9 +288,10 @@ def delete(
 
 @functions_router.get("/{tenant}/{namespace}/{name}")
 def get(request: Request, tenant: str, namespace: str, name: str) -> dict[str, Any]:
-    """The FunctionConfig, in Pulsar's field names; each secret's value shown as
-    ``******``."""
-    config = dict(_record(_services(request), f"{tenant}/{namespace}/{name}").config)
+    """The FunctionConfig Pulsar's worker answers (its defaults filled in), then the fields
+    as sent that Pulsar's answer leaves out; each secret's value shown as ``******``."""
+    record = _record(_services(request), f"{tenant}/{namespace}/{name}")
+    config = pulsar_function_config(record.config)
     if isinstance(config.get("secrets"), dict):
         config["secrets"] = dict.fromkeys(config["secrets"], SECRET_MASK)
     return config

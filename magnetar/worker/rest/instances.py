@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.convertors import IntegerConvertor, register_url_convertor
 
 from magnetar.instance.metrics import MetricsSnapshot, WindowCounts
 from magnetar.worker.exceptions import FunctionNotFoundError
@@ -26,8 +27,18 @@ __all__ = ["function_record", "instances_router"]
 
 instances_router = APIRouter(prefix="/admin/v3/functions", tags=["functions"])
 
+
+class _InstanceIdConvertor(IntegerConvertor):
+    """An instance id, negative ones included: Pulsar answers them (400 for status and
+    stats, every instance for start and stop) where an unsigned int would not match (404)."""
+
+    regex = "-?[0-9]+"
+
+
+register_url_convertor("instance_id", _InstanceIdConvertor())
+
 _FUNCTION = "/{tenant}/{namespace}/{name}"
-_INSTANCE = "/{tenant}/{namespace}/{name}/{instance_id:int}"
+_INSTANCE = "/{tenant}/{namespace}/{name}/{instance_id:instance_id}"
 
 
 def function_record(found: RestServices, tenant: str, namespace: str, name: str) -> FunctionRecord:
@@ -213,10 +224,12 @@ def _run_state(
     request: Request, tenant: str, namespace: str, name: str, op: Operation, instance_id: int | None
 ) -> None:
     """Start or stop; the leader refuses what changes nothing (400 "Operation not
-    permitted"), as Pulsar does."""
+    permitted"), as Pulsar does. A negative instance id means every instance, as in
+    Pulsar's FunctionMetaDataUtils."""
     found = services(request)
     record = function_record(found, tenant, namespace, name)
-    change = FunctionChange(op, record.fqfn, instance_id=instance_id)
+    every = instance_id is None or instance_id < 0
+    change = FunctionChange(op, record.fqfn, instance_id=None if every else instance_id)
     found.functions.submit(change, request.headers.get("authorization"))
 
 
@@ -226,11 +239,13 @@ def _restart(request: Request, record: FunctionRecord, instance_id: int | None) 
     found = services(request)
     parallelism = found.functions.admission.scheduled_parallelism(record)
     ids = [instance_id] if instance_id is not None else list(range(parallelism))
+    ids = [i for i in ids if 0 <= i < parallelism]
     running = [i for i in ids if i not in record.stopped]
     owners = {i: owner for i in running if (owner := _owner(found, record, i)) is not None}
     # Pulsar's answers where it finds no assignment: for one instance (out of range, or
     # not scheduled yet) and for a function none of whose instances is scheduled
-    if instance_id is not None and (instance_id >= parallelism or (running and not owners)):
+    out_of_range = instance_id is not None and not 0 <= instance_id < parallelism
+    if out_of_range or (instance_id is not None and running and not owners):
         raise ApiError(400, f"{record.fqfn}/{instance_id} doesn't exist")
     if instance_id is None and running and not owners:
         raise ApiError(400, f"{record.fqfn} has not been assigned yet")

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
-from magnetar.instance.metrics import MetricsSnapshot
+from magnetar.instance.metrics import USER_METRIC_PREFIX, MetricsSnapshot
 from magnetar.worker.model import parse_instance_key
 from magnetar.worker.rest.peers import services
 
@@ -121,17 +121,22 @@ def prometheus_text(snapshots: dict[str, MetricsSnapshot]) -> str:
 
 
 def _user_metrics(ordered: Iterable[tuple[str, MetricsSnapshot]]) -> list[str]:
-    """``context.record_metric`` values (their mean), one gauge per metric name."""
+    """``context.record_metric`` values, one summary (``_sum``, ``_count``) per metric name."""
     by_metric: dict[str, list[str]] = {}
     for key, snapshot in ordered:
-        for name, value in sorted(snapshot.user_metrics.items()):
-            metric = "pulsar_function_user_metric_" + _NOT_NAME.sub("_", name)
-            by_metric.setdefault(metric, []).append(f"{metric}{{{_labels(key)}}} {_number(value)}")
+        for name, (total, count) in sorted(snapshot.user_metrics.items()):
+            metric = "pulsar_function_" + USER_METRIC_PREFIX + _NOT_NAME.sub("_", name)
+            by_metric.setdefault(metric, []).extend(
+                [
+                    f"{metric}_sum{{{_labels(key)}}} {_number(total)}",
+                    f"{metric}_count{{{_labels(key)}}} {_number(count)}",
+                ]
+            )
     lines: list[str] = []
     for metric, samples in by_metric.items():
         lines += [
-            f"# HELP {metric} Mean of the values the function recorded",
-            f"# TYPE {metric} gauge",
+            f"# HELP {metric} The values the function recorded",
+            f"# TYPE {metric} summary",
         ]
         lines += samples
     return lines

@@ -18,6 +18,7 @@ from magnetar.worker.functions import FunctionManager
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
 from magnetar.worker.metadata import MetadataManager
+from magnetar.worker.package_registry import PackageRegistry
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.runtime import InstanceLogs
 from magnetar.worker.tenancy import Tenancy, TenancyManager
@@ -70,6 +71,8 @@ class RestServices:
     peer_seal: PeerSeal | None = None
     """Checks that a call on an internal path comes from a worker; None: unchecked (the
     cluster has no key)."""
+    package_registry: PackageRegistry | None = None
+    """Pulsar's package management (named, versioned packages); None: not served."""
 
     @property
     def replicated_tenancy(self) -> TenancyManager | None:

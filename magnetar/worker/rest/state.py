@@ -117,11 +117,14 @@ def parse_function_state(raw: str | bytes, key: str) -> tuple[bytes | None, int 
     if data.get("key", key) != key:
         raise ApiError(400, "Path key doesn't match key in json")
     given = [f for f in ("stringValue", "byteValue", "numberValue") if data.get(f) is not None]
+    if not given:
+        # Pulsar's reason for a state without a value (it takes no counter at all)
+        raise ApiError(400, "Setting Counter values not supported in put state")
     if len(given) != 1:
         raise ApiError(
             400,
-            "state must set exactly one of stringValue, byteValue (base64) and numberValue"
-            + (f"; it sets {', '.join(given)}" if given else ""),
+            "state must set exactly one of stringValue, byteValue (base64) and numberValue; "
+            f"it sets {', '.join(given)}",
         )
     field = given[0]
     content = data[field]
