@@ -18,13 +18,13 @@ from typing import Any, Literal, get_args
 import httpx
 
 from magnetar.worker.assignments import AssignmentManager
+from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.exceptions import (
     AlreadyExistsError,
     PreconditionFailedError,
     RequestRefusedError,
 )
 from magnetar.worker.leader import LeaderService
-from magnetar.worker.cluster_key import PeerSeal
 from magnetar.worker.leader_channel import LeaderChannel
 from magnetar.worker.metadata import Entry, MetadataManager
 from magnetar.worker.packages import PackageRef
