@@ -222,17 +222,18 @@ class RuntimeManager:
 
     def status(self, key: str) -> MetricsSnapshot | None:
         """The status of an instance assigned here, or of one that is no longer wanted here
-        but still drains (it may still take a message); None if neither."""
+        but still drains, subscribed (it may still take a message); None if neither."""
         with self._lock:
             slot = self._instances.get(key)
             if slot is not None:
                 return self._status(slot)
             handle = self._draining(key)
-        if handle is None:
+        if handle is None or not handle.is_alive():
             return None
         snapshot = handle.snapshot() or _empty_snapshot(parse_instance_key(key)[1])
-        running = handle.is_alive() and snapshot.running
-        return replace(snapshot, running=running, error=_DRAINING, worker_id=self.worker_id)
+        if not snapshot.running:  # its consumers are closed: it takes nothing more
+            return None
+        return replace(snapshot, error=_DRAINING, worker_id=self.worker_id)
 
     def _draining(self, key: str) -> RuntimeHandle | None:
         """The handle of a retired run of ``key`` that has not exited yet."""
