@@ -3,8 +3,9 @@
 The function's code is loaded on the executors exactly as a function instance loads it
 (``magnetar.instance.load_function``), deserialized and serialized with the same SerDes,
 and called with a real ``InstanceContext`` pointed at each message. Its return values come
-out as messages with the key, event time and properties the live instance would give them
-(input properties plus ``__pfn_input_topic__`` and ``__pfn_input_msg_id__``); messages it
+out as messages with the event time and properties the live instance would give them
+(input properties plus ``__pfn_input_topic__`` and ``__pfn_input_msg_id__``; no key, as
+Apache's Python runtime sends none); messages it
 publishes through the context come out with their own topics.
 
 Differences from a live instance, by design: nothing is acknowledged; state is not
@@ -418,7 +419,7 @@ class _Replayer:
         properties = message.properties() if self._config.forward_source_message_property else {}
         properties[_INPUT_TOPIC] = topic
         properties[_INPUT_MSG_ID] = base64.b64encode(row[MESSAGE_ID]).decode()
-        return (payload, row[KEY] or None, self._output_topic, row[EVENT_TIME], properties)
+        return (payload, None, self._output_topic, row[EVENT_TIME], properties)
 
 
 def _datetime(millis: int) -> datetime.datetime:

@@ -68,13 +68,15 @@ def test_word_count_through_localrun_is_exact_after_kill_9_of_its_instance(
         return {word: entry.counter for word, entry in found.items() if entry and entry.counter}
 
     producer = client.create_producer(topic, batching_enabled=False)
+    # the second half is sent only after the kill, so the kill surely lands mid-stream (a
+    # state query waits for the journal's catch-up: polling it could outlast the stream)
+    half = len(lines) // 2
 
-    def produce() -> None:
-        for line in lines[1:]:
+    def produce(part: list[str]) -> None:
+        for line in part:
             producer.send_async(line.encode(), None)
             time.sleep(0.001)
         producer.flush()
-        producer.close()
 
     first = localrun(name, topic, tmp_path / "state", broker_url)
     try:
@@ -83,7 +85,7 @@ def test_word_count_through_localrun_is_exact_after_kill_9_of_its_instance(
         deadline = time.monotonic() + 60
         while not counted() and time.monotonic() < deadline:
             time.sleep(0.1)
-        stream = threading.Thread(target=produce)
+        stream = threading.Thread(target=produce, args=(lines[1:half],))
         stream.start()
         while sum(counted().values()) < 2000 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -100,6 +102,8 @@ def test_word_count_through_localrun_is_exact_after_kill_9_of_its_instance(
             first.kill()
     second = localrun(name, topic, tmp_path / "state", broker_url)
     try:
+        produce(lines[half:])
+        producer.close()
         deadline = time.monotonic() + 60
         while counted() != expected and time.monotonic() < deadline:
             time.sleep(0.5)

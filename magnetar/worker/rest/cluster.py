@@ -10,7 +10,6 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Query, Request
 
-from magnetar.instance.config import FunctionConfig
 from magnetar.worker.exceptions import AuthorizationError, NotLeaderError
 from magnetar.worker.functions import FORWARD_PATH, FunctionChange
 from magnetar.worker.model import WorkerInfo
@@ -148,12 +147,12 @@ def forwarded_change(request: Request, change: Annotated[dict[str, Any], Body()]
     if forwarded.config is not None:
         # the leader validates what it writes, as if the change came to it directly (a
         # worker's seal proves where the call came from, not that its change is sound)
-        config = forwarded.config
-        if (config.get("tenant"), config.get("namespace"), config.get("name")) != tuple(parts):
+        parsed = services.functions.admission.check_config(forwarded.config)
+        if parsed.fqfn != forwarded.fqfn:
             raise ApiError(
                 400, f"malformed function change: its config is not {tenant}/{namespace}/{name}'s"
             )
-        authorize_topics(request, tenant, FunctionConfig.parse(config))
+        authorize_topics(request, tenant, parsed)
     if forwarded.auth_data is not None:
         # the credentials kept are the forwarded caller's own, whatever the body claims
         forwarded = replace(forwarded, auth_data=caller_auth_data(request))
