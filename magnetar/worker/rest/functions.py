@@ -310,6 +310,13 @@ def _unmasked(requested: dict[str, Any], current: dict[str, Any]) -> dict[str, A
     return {**requested, "secrets": restored}
 
 
+@functions_router.get("/builtins")
+def builtins() -> list[dict[str, Any]]:
+    """Pulsar's built-in functions (``functions available-functions``): Magnetar ships
+    none, so the list is empty (its examples/ are code to upload, not built-ins)."""
+    return []
+
+
 @functions_router.get("/{tenant}/{namespace}")
 def list_functions(request: Request, tenant: str, namespace: str) -> list[str]:
     prefix = f"{tenant}/{namespace}/"
