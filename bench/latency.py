@@ -122,6 +122,7 @@ def subjects(broker: Broker, work: Path, stack: ExitStack) -> dict[str, Subject]
         def run(source: str, sink: str) -> Iterator[None]:
             if not cluster:
                 env = {"MAGNETAR_PULSAR_ADMIN_URL": broker.admin_url} if broker.admin_url else {}
+                (work / "cluster").mkdir()
                 started = Cluster(broker.service_url, work / "cluster", "public/latency", env)
                 stack.callback(started.stop_all)
                 workers = [started.start_worker(f"w{i}") for i in range(3)]
