@@ -489,15 +489,6 @@ class FunctionInstance:
             # the checkpoint of the windows fired so far, so a restart fires none again
             chunk = self._chunk = Chunk()
             self._runner.flush(chunk)
-            if self._journal is not None:
-                self._send_journal(chunk)
-            self._acknowledger.seal(chunk)
-            self._outputs.flush()
-            self._acknowledger.wait(self.options.drain_timeout_s)
-        if isinstance(self._runner, WindowRunner) and self._outputs is not None:
-            # the checkpoint of the windows fired so far, so a restart fires none again
-            chunk = self._chunk = Chunk()
-            self._runner.flush(chunk)
             self._seal(chunk)
             self._outputs.flush()
             self._acknowledger.wait(self.options.drain_timeout_s)
