@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,13 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from magnetar.broker import find_free_port
 from magnetar.cli import main
 from magnetar.cli.function_admin import register_admin_commands
 from magnetar.cli.functions_worker import functions_worker
 from tests.cluster.conftest import wait_until
-from tests.cluster.test_standalone import free_ports, ready
-from tests.conftest import EXAMPLES, MAGNETAR
+from tests.cluster.test_standalone import three_worker_standalone
+from tests.conftest import EXAMPLES
 
 EXCLAMATION = [
     "--py",
@@ -56,30 +54,8 @@ class Standalone:
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    port = free_ports(3)
-    process = subprocess.Popen(
-        [
-            *MAGNETAR,
-            "standalone",
-            "--workers",
-            "3",
-            "--http-port",
-            str(port),
-            "--broker-port",
-            str(find_free_port()),
-            "--data-dir",
-            str(tmp_path_factory.mktemp("standalone")),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
-    try:
-        wait_until(lambda: all(ready(url) for url in urls), 60, "three workers ready")
+    with three_worker_standalone(tmp_path_factory.mktemp("standalone")) as urls:
         yield Standalone(urls)
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(90)
 
 
 def test_create_status_trigger_stats_update_delete(standalone: Standalone, tmp_path: Path) -> None:

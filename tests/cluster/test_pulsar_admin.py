@@ -9,8 +9,6 @@ costs seconds of CPU); one test runs the CLI as a process of its own, as bin/pul
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from magnetar.broker import find_free_port
 from magnetar.testing.pulsar_admin import AdminShell, PulsarAdmin
 from tests.cluster.conftest import wait_until
-from tests.cluster.test_standalone import free_ports, ready
-from tests.conftest import EXAMPLES, MAGNETAR
+from tests.cluster.test_standalone import three_worker_standalone
+from tests.conftest import EXAMPLES
 
 FUNCTIONS = "/admin/v3/functions/public/default"
 
@@ -31,30 +28,8 @@ FUNCTIONS = "/admin/v3/functions/public/default"
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """The admin URLs of a three-worker standalone."""
-    port = free_ports(3)
-    process = subprocess.Popen(
-        [
-            *MAGNETAR,
-            "standalone",
-            "--workers",
-            "3",
-            "--http-port",
-            str(port),
-            "--broker-port",
-            str(find_free_port()),
-            "--data-dir",
-            str(tmp_path_factory.mktemp("standalone")),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    found = [f"http://127.0.0.1:{port + i}" for i in range(3)]
-    try:
-        wait_until(lambda: all(ready(url) for url in found), 60, "three workers ready")
+    with three_worker_standalone(tmp_path_factory.mktemp("standalone")) as found:
         yield found
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(90)
 
 
 @pytest.fixture(scope="module")

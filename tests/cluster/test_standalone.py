@@ -74,6 +74,36 @@ def test_standalone_runs_a_usable_cluster_and_stops_on_ctrl_c(tmp_path) -> None:
     assert "Stopping: finishing in-flight messages" in output
 
 
+@contextmanager
+def three_worker_standalone(data_dir: Path) -> Iterator[list[str]]:
+    """``magnetar standalone --workers 3`` in ``data_dir``: its admin URLs once every worker is
+    ready; stopped with Ctrl-C at the end."""
+    port = free_ports(3)
+    process = subprocess.Popen(
+        [
+            *MAGNETAR,
+            "standalone",
+            "--workers",
+            "3",
+            "--http-port",
+            str(port),
+            "--broker-port",
+            str(find_free_port()),
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
+    try:
+        wait_until(lambda: all(ready(url) for url in urls), 60, "three workers ready")
+        yield urls
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(90)
+
+
 def free_ports(count: int) -> int:
     """The first of ``count`` consecutive free ports."""
     port = find_free_port()
