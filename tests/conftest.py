@@ -9,6 +9,7 @@ to one of them. Apache Pulsar is one standalone for the whole run, from the jars
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -32,6 +33,9 @@ BROKERS = ("lite", "apache")
 """What ``--brokers`` chooses from: pulsar-lite (embedded) and Apache Pulsar."""
 KEEP_ALIVE_S = 2
 """How often a broker pings its clients: a paused or vanished one is found within ~2x this."""
+HUNG_TEST_S = 900
+"""A test (its fixtures included) still running after this is hung: every thread's stack is
+printed and the run ends, instead of waiting out CI's limit."""
 
 
 class Broker(Protocol):
@@ -132,6 +136,17 @@ def _chosen_brokers(config: pytest.Config) -> set[str]:
 def _brokers_of(node: pytest.Item | Any) -> tuple[str, ...]:
     marker = node.get_closest_marker("brokers")
     return tuple(marker.args) if marker is not None else ("lite",)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    # pytest-timeout's signal never fires while the main thread waits inside native code (a
+    # client call that does not return, a GIL deadlock): faulthandler's timer is a C thread.
+    faulthandler.dump_traceback_later(HUNG_TEST_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 import pulsar
 
+from magnetar.instance.batch_flusher import BatchFlusher
+
 __all__ = ["Chunk", "ChunkSender", "Completion"]
 
 Completion = tuple["Chunk", Any, Any]
@@ -65,11 +67,12 @@ class _HeldSend:
 class ChunkSender:
     """Sends messages for the current chunk; see the module docstring."""
 
-    def __init__(self, large_message_bytes: int) -> None:
+    def __init__(self, large_message_bytes: int, name: str = "instance") -> None:
         self._large = large_message_bytes
         self._held: dict[Any, _HeldSend] = {}
         self._unflushed: set[Any] = set()
         """Producers sent on since the last ``flush``: their batches may still be open."""
+        self._flusher = BatchFlusher(f"{name}-flusher")
         self.completions: deque[Completion] = deque()
         self.completed = threading.Event()
 
@@ -116,14 +119,15 @@ class ChunkSender:
             self.completions.append((chunk, pulsar.Result.UnknownError, None))
 
     def flush(self) -> None:
-        """Send the open batches now instead of at the end of their publish delay: without
-        more input waiting, nothing is gained by holding them (the 10 ms delay was most of a
-        light stream's latency). Returns at once; completions come as usual."""
-        for producer in self._unflushed:
-            # pulsar.Producer wraps the client's producer, whose flush_async it does not expose
-            with contextlib.suppress(Exception):  # a closed producer: its sends fail anyway
-                producer._producer.flush_async(_ignore)
-        self._unflushed.clear()
+        """Send the open batches now instead of at the end of their publish delay (see
+        ``BatchFlusher``). Returns at once; completions come as usual."""
+        if self._unflushed:
+            self._flusher.request(self._unflushed)
+            self._unflushed = set()
+
+    def close(self) -> None:
+        """No more early flushes (the producers' close sends what is left)."""
+        self._flusher.close()
 
     def _callback(
         self, chunk: Chunk, user_callback: Callable[[Any, Any], None] | None, owner: Any
@@ -139,7 +143,3 @@ class ChunkSender:
                     user_callback(result, message_id)
 
         return on_sent
-
-
-def _ignore(result: Any) -> None:
-    """The sends' own callbacks report their results; a flush's result says nothing more."""

@@ -114,7 +114,7 @@ class FunctionInstance:
         self._running = False
         self._drain = True
         self._thread: threading.Thread | None = None
-        self._sender = ChunkSender(self.options.large_message_bytes)
+        self._sender = ChunkSender(self.options.large_message_bytes, f"instance-{config.fqfn}")
         self._flush_when_idle = not holds_batches(config)
         self._chunk = Chunk()
         self._outputs: Outputs | None = None
@@ -500,6 +500,7 @@ class FunctionInstance:
             )
 
     def _close(self) -> None:
+        self._sender.close()
         if self._runner is not None:
             self._runner.close()
         if self._inputs is not None:
