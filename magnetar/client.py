@@ -30,7 +30,9 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pulsar
 
@@ -52,6 +54,7 @@ _SPREAD_TOPIC = "non-persistent://public/default/__magnetar_consumer_ids"
 _SUBSCRIBE_ATTEMPTS = 4
 _NEWEST_FIRST = 10**20
 _CLIENT_LOGGER = "magnetar.pulsar_client"
+_TOKEN_PLUGINS = ("AuthenticationToken", "token")
 _EXPECTED = (
     # pulsar-lite answers a getLastMessageId on an empty topic with an error
     "Failed to getLastMessageId: UnknownError",
@@ -72,6 +75,20 @@ class Connection:
     tls_allow_insecure: bool = False
     tls_validate_hostname: bool = False
     tls_trust_cert_path: str | None = None
+
+    def bearer_token(self) -> str | None:
+        """The token an HTTP call (the broker's admin API) sends as ``Bearer``: the
+        AuthenticationToken plugin's, read as Pulsar's client reads its parameters
+        (``token:<jwt>``, ``file:///path``, or the token itself); None for other plugins."""
+        if not self.auth_plugin or self.auth_plugin.rsplit(".", 1)[-1] not in _TOKEN_PLUGINS:
+            return None
+        params = (self.auth_params or "").strip()
+        if params.startswith("token:"):
+            return params.removeprefix("token:").strip()
+        if params.startswith("file:"):
+            path = urlparse(params).path if params.startswith("file://") else params[5:]
+            return Path(path).read_text().strip()
+        return params or None
 
     def client_kwargs(self) -> dict[str, Any]:
         """The ``pulsar.Client`` arguments."""

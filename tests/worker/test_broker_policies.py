@@ -31,7 +31,7 @@ from magnetar.worker.broker_admin import BrokerAdmin
 from magnetar.worker.broker_policies import (
     COMPACTION_THRESHOLD_BYTES,
     BrokerPolicies,
-    DeduplicatingRuntime,
+    BrokerPreparedRuntime,
     broker_policies,
 )
 from magnetar.worker.config import WorkerConfig, load_worker_config
@@ -371,7 +371,7 @@ def test_the_runtime_deduplicates_before_starting_an_instance(
     inner = RecordingRuntime()
     spec = InstanceSpec("public/default/counter", 0, exactly_once(), 1)
 
-    handle = DeduplicatingRuntime(inner, policies).start(spec)
+    handle = BrokerPreparedRuntime(inner, policies, "public/magnetar").start(spec)
 
     assert isinstance(handle, StartedHandle) and handle.spec == spec
     assert inner.started == ["public/default/counter:0"]
@@ -386,7 +386,7 @@ def test_the_instance_starts_even_when_the_admin_api_is_unreachable(
     spec = InstanceSpec("public/default/counter", 0, exactly_once(), 1)
 
     with caplog.at_level(logging.ERROR):
-        DeduplicatingRuntime(inner, policies).start(spec)
+        BrokerPreparedRuntime(inner, policies, "public/magnetar").start(spec)
     policies.close()
 
     assert inner.started == ["public/default/counter:0"]
