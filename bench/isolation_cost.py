@@ -14,8 +14,12 @@ round, on a new function (the exclamation example, parallelism 1):
   output until the status counts them all processed (``numSuccessfullyProcessed``, polled
   every 100 ms): messages per second.
 
-The JSON holds every run, the medians and the on/off ratio of each median. Needs root (the
-worker isolates only then).
+The JSON holds every run, the medians and the on/off ratio of each median. On a loaded
+machine those end-to-end figures vary by more than isolation costs, so the JSON also holds
+what isolation adds, measured alone (``components``, 15 rounds in this process): claiming a
+uid and the instance's directory, dropping privileges in a forked process (with the mount
+namespace when Python is not reachable to others), and releasing the uid at the end.
+Needs root (the worker isolates only then).
 
     python bench/isolation_cost.py [--messages 100000] [--repeat 3] [--broker lite|apache]
 """
@@ -39,6 +43,9 @@ import pulsar
 from _brokers import add_broker_options, chosen, running
 from _cluster import ROOT, Cluster, WorkerProcess, progress, summary, wait_until
 from _throughput import fill
+
+from magnetar.instance.privileges import drop_privileges
+from magnetar.worker.isolation import InstanceIsolation
 
 EXAMPLE = ROOT / "examples" / "exclamation.py"
 MODES = {"off": "false", "on": "true"}
@@ -79,6 +86,36 @@ def one_round(
     rate = messages / (time.perf_counter() - started - first_output_s)
     cluster.delete(worker, name)
     return {"create_s": create_s, "first_output_s": first_output_s, "rate": rate}
+
+
+def component_costs(rounds: int = 15) -> dict[str, Any]:
+    """What isolation adds to an instance's start (claim, drop) and end (release), alone."""
+    root = Path(tempfile.mkdtemp(prefix="magnetar-bench-isolation-parts-"))
+    root.chmod(0o711)
+    isolation = InstanceIsolation(root / "instances", range(470_000, 470_100), root / "locks")
+    timings: dict[str, list[float]] = {"claim": [], "drop": [], "release": []}
+    try:
+        for index in range(rounds):
+            started = time.perf_counter()
+            user = isolation.claim(f"public/default/parts{index}", 0, EXAMPLE)
+            timings["claim"].append(time.perf_counter() - started)
+            read, write = os.pipe()
+            child = os.fork()
+            if child == 0:  # the forked child
+                started = time.perf_counter()
+                drop_privileges(user)
+                os.write(write, repr(time.perf_counter() - started).encode())
+                os._exit(0)
+            os.waitpid(child, 0)
+            timings["drop"].append(float(os.read(read, 100)))
+            os.close(read)
+            os.close(write)
+            started = time.perf_counter()
+            isolation.release(user.uid)
+            timings["release"].append(time.perf_counter() - started)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {part: summary(values) for part, values in timings.items()}
 
 
 def measure(service_url: str, admin_url: str | None, args: argparse.Namespace) -> dict[str, Any]:
@@ -136,6 +173,8 @@ def main() -> None:
         "messages": args.messages,
         "brokers": {},
     }
+    progress("isolation's parts, alone:")
+    results["components"] = component_costs()
     for name in chosen(args):
         with running(name, args) as broker:
             progress(f"== {name}: {broker.description}")
@@ -143,6 +182,10 @@ def main() -> None:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))
+    print("isolation's parts, median ms:", end="")
+    for part, timing in results["components"].items():
+        print(f" {part} {timing['median_s'] * 1000:.1f}", end="")
+    print()
     for name, measured in results["brokers"].items():
         print(f"\n{name}: median off / on (on/off)")
         for figure in ("create_s", "first_output_s", "rate"):
