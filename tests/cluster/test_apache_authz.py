@@ -20,6 +20,7 @@ import httpx
 import pulsar
 import pytest
 
+from magnetar.broker_probe import ASKS_FOR_AUTHENTICATION, server_version
 from magnetar.statestore import journal_topic
 from magnetar.testing import ApachePulsarError, ApachePulsarStandalone, TokenAuthorization
 from magnetar.worker.function_auth import TOKEN_AUTH_PLUGIN
@@ -206,6 +207,12 @@ def test_a_function_works_on_its_own_tenants_topics_with_its_own_role(authz: Aut
 
     (message,) = collect(authz.client, output, 1, timeout=30)
     assert message.data() == b"hello!"
+    # the broker asks for credentials, so it is no pulsar-lite: the instance's client went
+    # straight to its topics (no consumer-id spread refused in its log)
+    assert server_version(authz.pulsar.service_url) == ASKS_FOR_AUTHENTICATION
+    log = authz.call("GET", "/admin/v3/functions/acme/prod/shout/0/logs", "acme-admin")
+    assert log.status_code == 200, log.text
+    assert "ERROR" not in log.text, log.text
 
 
 def test_a_stateful_function_keeps_its_state_with_its_own_role(authz: Authz) -> None:
