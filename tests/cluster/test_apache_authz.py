@@ -310,14 +310,28 @@ def test_a_function_may_not_name_another_tenants_or_the_system_topics(
     assert "reason" in created.json()
 
 
-def test_another_tenants_function_its_state_logs_and_code_are_out_of_reach(
+def test_another_tenants_function_its_state_logs_code_and_packages_are_out_of_reach(
     authz: Authz,
 ) -> None:
     created = authz.create("beta/prod/secret", "beta-admin", EXAMPLES / "exclamation.py")
     assert created.status_code == 204, created.text
     authz.running("beta/prod/secret", "beta-admin")
+    package = "/admin/v3/packages/function/beta/prod/secret-code/v1"
+    # (the packages API takes a superuser, where Pulsar's takes an admin of the tenant)
+    uploaded = authz.call(
+        "POST",
+        package,
+        "admin",
+        files={"file": ("code.py", (EXAMPLES / "exclamation.py").read_bytes())},
+        data={"metadata": json.dumps({"description": "beta's own"})},
+    )
+    assert uploaded.status_code == 204, uploaded.text
     function = "/admin/v3/functions/beta/prod/secret"
     attempts = [
+        ("GET", package),
+        ("GET", f"{package}/metadata"),
+        ("DELETE", package),
+        ("GET", "/admin/v3/packages/function/beta/prod"),
         ("GET", function),
         ("GET", f"{function}/status"),
         ("GET", f"{function}/state/key"),
@@ -341,3 +355,4 @@ def test_another_tenants_function_its_state_logs_and_code_are_out_of_reach(
         "reason": f"{FORWARD_PATH} is for the cluster's workers only: a token cannot call it"
     }
     assert authz.call("GET", f"{function}/status", "beta-admin").json()["numRunning"] == 1
+    assert authz.call("GET", package, "admin").status_code == 200
