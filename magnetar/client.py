@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -69,8 +69,9 @@ class Connection:
 
     auth_plugin: str | None = None
     """An authentication plugin, by Pulsar's Java class name (AuthenticationToken, ...)."""
-    auth_params: str | None = None
-    """The plugin's parameters (``token:...``, ``file:...`` or JSON)."""
+    auth_params: str | None = field(default=None, repr=False)
+    """The plugin's parameters (``token:...``, ``file:...`` or JSON); kept out of the repr,
+    which a log line may show."""
     use_tls: bool = False
     tls_allow_insecure: bool = False
     tls_validate_hostname: bool = False

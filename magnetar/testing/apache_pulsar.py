@@ -252,7 +252,7 @@ class ApachePulsarStandalone:
         """One call of the admin API (``path`` from ``/admin/v2/...``), as a superuser when
         authorization is on (unless ``headers`` say otherwise)."""
         kwargs.setdefault("timeout", 30)
-        kwargs["headers"] = {**self._superuser_headers(), **kwargs.get("headers", {})}
+        kwargs["headers"] = {**self._superuser_headers(), **(kwargs.get("headers") or {})}
         return httpx.request(method, self.admin_url + path, **kwargs)
 
     def _superuser_headers(self) -> dict[str, str]:
