@@ -229,6 +229,17 @@ def test_a_stateful_function_keeps_its_state_with_its_own_role(authz: Authz) -> 
     # another tenant's admin reads none of it
     assert count("beta-admin").status_code == 401
     assert count("beta-admin").json() == NOT_AUTHORIZED
+    # put through the REST API (the worker writes the journal): the instance reads it back
+    state = json.dumps({"key": "to", "numberValue": 10})
+    put = authz.call(
+        "POST",
+        "/admin/v3/functions/acme/prod/words/state/to",
+        "acme-admin",
+        files={"state": (None, state)},
+    )
+    assert put.status_code == 204, put.text
+    produce(authz.client, source, ["to"])
+    wait_until(lambda: count("acme-admin").json().get("numberValue") == 11, 30, "10 + 1")
 
 
 def test_the_broker_refuses_what_a_functions_own_client_does_beyond_its_tenant(
