@@ -102,6 +102,12 @@ class WorkerService:
             raise
         # Instances on threads get a client of their own: a client logging to Python costs
         # every message a trip into the interpreter (see magnetar.client).
+        if config.runtime == "thread" and config.broker_connection is not None:
+            log.warning(
+                "runtime 'thread' runs functions on a broker client with the worker's own "
+                "credentials: on a broker with authorization they may do whatever the worker "
+                "may (use the process runtime for code you do not trust)"
+            )
         self._data_client = (
             create_client(config.broker_url, connection=config.broker_connection)
             if config.runtime == "thread"

@@ -37,6 +37,7 @@ from magnetar.worker.broker_policies import (
 from magnetar.worker.config import WorkerConfig, load_worker_config
 from magnetar.worker.exceptions import WorkerConfigError
 from magnetar.worker.runtime import InstanceSpec, RuntimeHandle
+from tests.worker.conftest import InProcessCluster
 
 ADMIN_URL = "http://pulsar.test:8080"
 SYSTEM = "persistent://public/magnetar"
@@ -494,6 +495,24 @@ def test_a_missing_broker_token_file_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(WorkerConfigError, match=r"cannot read the worker's broker token .*gone"):
         broker_policies(config)
+
+
+def test_functions_on_threads_would_use_the_workers_credentials_and_the_worker_says_so(
+    broker_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="magnetar.worker.service"):
+        cluster = InProcessCluster(
+            broker_url,
+            tmp_path,
+            size=1,
+            broker_client_authentication_plugin=TOKEN_PLUGIN,
+            broker_client_authentication_parameters="token:worker",  # pulsar-lite takes any
+        )
+    cluster.stop()
+
+    assert "runtime 'thread' runs functions on a broker client with the worker's own" in (
+        caplog.text
+    )
 
 
 # --- configuration -------------------------------------------------------------------------
