@@ -10,7 +10,8 @@ a persistent topic every one of them is a stored cursor that makes the next subs
 (from 1.5 ms to 20 ms a reader after a few thousand); on a non-persistent topic a reader
 costs half a millisecond and leaves nothing behind. Apache Pulsar tells consumers apart per
 connection, so there the client asks the broker its name first (one handshake) and spreads
-nothing: the readers would cost some 0.3 s a client there.
+nothing: the readers would cost some 0.3 s a client there. A broker that asks for credentials
+before it says its name is no pulsar-lite (which has no authentication) either.
 
 A control-plane client (``create_client(..., log_to_python=True)``: the worker's own) sends
 the client library's log into Python's logging (logger ``magnetar.pulsar_client``) at
