@@ -64,8 +64,9 @@ class WorkerConfig(BaseModel):
     Pulsar's client plugin class name, as Pulsar's ``brokerClientAuthenticationPlugin``:
     ``org.apache.pulsar.client.impl.auth.AuthenticationToken`` on a broker with token
     authentication. The worker's role must be a superuser of the broker (it reads and
-    writes the system namespace and grants functions their state topics). Instances never
-    use it: they connect with their function's credentials."""
+    writes the system namespace and grants functions their state topics). Instances of the
+    process runtime never use it: they connect with their function's credentials (those of
+    the thread runtime share the worker's client)."""
     broker_client_authentication_parameters: str | None = None
     """The plugin's parameters (``token:<jwt>``, ``file:///path/to/token``), as Pulsar's
     ``brokerClientAuthenticationParameters``."""
