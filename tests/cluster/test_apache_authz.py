@@ -215,6 +215,37 @@ def test_a_function_works_on_its_own_tenants_topics_with_its_own_role(authz: Aut
     assert "ERROR" not in log.text, log.text
 
 
+def test_a_topics_pattern_of_its_own_namespace_is_listed_with_its_own_role(
+    authz: Authz,
+) -> None:
+    prefix = f"persistent://acme/prod/pat{uuid.uuid4().hex[:6]}"
+    produce(authz.client, f"{prefix}-a", ["one"])  # there before the function subscribes
+    output = f"persistent://acme/prod/out-{uuid.uuid4().hex[:8]}"
+    created = authz.create(
+        "acme/prod/pattern",
+        "acme-admin",
+        EXAMPLES / "exclamation.py",
+        inputs=[],
+        topicsPattern=f"{prefix}-.*",
+        output=output,
+        subscriptionPosition="Earliest",
+    )
+    assert created.status_code == 204, created.text
+    wait_until(
+        lambda: (
+            authz.call("GET", "/admin/v3/functions/acme/prod/pattern/status", "acme-admin").json()[
+                "numRunning"
+            ]
+            == 1
+        ),
+        30,
+        "the pattern function running",
+    )
+
+    (message,) = collect(authz.client, output, 1, timeout=30)
+    assert message.data() == b"one!"
+
+
 def test_a_stateful_function_keeps_its_state_with_its_own_role(authz: Authz) -> None:
     created = authz.create("acme/prod/words", "acme-admin", EXAMPLES / "word_count.py")
     assert created.status_code == 204, created.text
