@@ -102,6 +102,9 @@ class InstanceSpec:
     without any, as with authentication off)."""
     publish_policy: PublishPolicy = ANYWHERE
     """Where its ``context.publish`` may reach."""
+    role: str | None = None
+    """The role ``connection`` authenticates as (None without credentials): the broker
+    grants it the function's state topics."""
 
     @property
     def key(self) -> str:
