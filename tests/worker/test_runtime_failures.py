@@ -297,3 +297,33 @@ def test_a_function_that_keeps_memory_is_stopped_for_memory_not_threads(
     while time.monotonic() < deadline:
         assert [e for e in errors() if not e.startswith(memory)] == []
         time.sleep(0.1)
+
+
+@pytest.mark.brokers("lite")
+def test_an_instance_over_its_ram_is_stopped_before_it_is_killed(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    # Stopped, it finishes what it was given and acknowledges it: none of its outputs comes
+    # twice (killed outright, inputs it had answered were handed to it again). A process
+    # killed while the broker writes to it also leaves its consumers behind on pulsar-lite,
+    # whose healer then restarts the broker under every other function.
+    config = function_config(
+        py=write_function(tmp_path, LEAKER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": 160 * 1024 * 1024},
+        subscription_position="Earliest",
+    )
+    inputs = [f"m{i}" for i in range(24)]
+    produce(client, topic, inputs)
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+
+    outputs = receive_until(client, f"{topic}-out", {f"{i}!" for i in inputs}, timeout=60)
+    status = manager.status(key)
+    assert status is not None and status.num_restarts >= 2
+    assert status.latest_system_exceptions[0].exception_string.startswith(
+        "out of memory: over resources.ram"
+    )
+    assert sorted(outputs) == sorted(f"{i}!" for i in inputs)
