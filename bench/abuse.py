@@ -768,6 +768,26 @@ def ratios(run: dict[str, Any]) -> None:
         p["met"] = p["throughput_ratio"] >= THROUGHPUT_TARGET
 
 
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per phase, over the runs: the lowest throughput ratio and the median figures."""
+    found: dict[str, dict[str, Any]] = {}
+    for name in [p["phase"] for p in runs[0]["phases"]]:
+        phases = [p for run in runs for p in run["phases"] if p["phase"] == name]
+
+        def median(key: str, phases: list[dict[str, Any]] = phases) -> float | None:
+            values = [p[key] for p in phases if p[key] is not None]
+            return statistics.median(values) if values else None
+
+        found[name] = {
+            "lowest_throughput_ratio": min(p["throughput_ratio"] for p in phases),
+            "median_latency_p99_ms": median("latency_p99_ms"),
+            "median_rest_p99_ratio": median("rest_p99_ratio"),
+            "duplicate_outputs": sum(p["duplicate_outputs"] for p in phases),
+            "broker_restarts": sum(p["broker_restarts"] for p in phases),
+        }
+    return found
+
+
 def print_table(results: dict[str, Any]) -> None:
     for index, run in enumerate(results["runs"]):
         rate = results["settings"]["rate"]
@@ -799,6 +819,15 @@ def print_table(results: dict[str, Any]) -> None:
             f"{STOP_TARGET_S:.0f}); {len(stop['processes_left_at_exit'])} of its processes left "
             f"at its exit, all gone {'never' if gone is None else f'at {gone:.1f} s'}"
         )
+    if len(results["runs"]) > 1:
+        print(f"\nover {len(results['runs'])} runs:")
+        print(f"{'phase':<12} {'lowest ratio':>12} {'p99 ms (median)':>15} {'REST p99 ratio':>14}")
+        for name, row in results["summary"].items():
+            print(
+                f"{name:<12} {row['lowest_throughput_ratio']:>12.2f} "
+                f"{row['median_latency_p99_ms'] or 0:>15.1f} "
+                f"{row['median_rest_p99_ratio'] or 0:>14.2f}"
+            )
 
 
 def main() -> None:
@@ -835,6 +864,7 @@ def main() -> None:
             "throughput_ratio": f">= {THROUGHPUT_TARGET}",
             "ctrl_c_stop_s": f"<= {STOP_TARGET_S}",
         },
+        "summary": summarize(runs),
         "runs": runs,
     }
     output = Path(args.output)
