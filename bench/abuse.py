@@ -26,13 +26,14 @@ abuse at a time (deleted, and the healthy backlog drained, before the next):
 
 Per phase: the healthy outputs per second and their ratio to the quiet phases' mean
 (target: >= 0.8), the p50/p99 publish-to-output latency, the seconds the backlog took to
-drain after the phase, the REST p50/p99 and the p99's ratio to quiet; and what the abuse
-itself met (refusals, restarts, dead-lettered inputs, its status). Last, Ctrl-C (SIGINT to
+drain after the phase, its duplicate outputs (an input answered twice) and the embedded
+broker's restarts by its healer, the REST p50/p99 and the p99's ratio to quiet; and what the
+abuse itself met (refusals, restarts, dead-lettered inputs, its status). Last, Ctrl-C (SIGINT to
 the standalone's process group, as a terminal sends it) with an instance stuck in user code:
 the seconds until the standalone exits (target: <= 10) and until none of its processes is left.
 
-    python bench/abuse.py [--rate 2000] [--phase-s 15] [--phases quiet,admission,...]
-                          [--json] [--output bench/results/abuse.json]
+    python bench/abuse.py [--rate 2000] [--phase-s 15] [--warm-up 5] [--runs 1]
+                          [--phases quiet,admission,...] [--json] [--output FILE]
 """
 
 from __future__ import annotations
