@@ -428,10 +428,12 @@ class _ProcessHandle:
             self._killed_for = (
                 f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
             )
-            # Stopped, then killed if it has not stopped within the grace (its data cannot
-            # grow past RLIMIT_DATA meanwhile): a process killed outright while the broker
-            # writes to it leaves its consumers behind on pulsar-lite, whose healer then
-            # restarts the broker under every other function (see magnetar.broker_healer).
+            # Stopped, then killed if it has not stopped within the grace (meanwhile a Python
+            # function's data is held by RLIMIT_DATA, a JavaScript one's by its V8 heap
+            # limit). Stopped, it acknowledges what it finished; killed outright, every input
+            # it had answered is handed to its next process again, and a kill while the
+            # broker writes to it leaves its consumers behind on pulsar-lite, whose healer
+            # then restarts the broker under every other function (see broker_healer).
             self._kill_at = time.monotonic() + _MEMORY_STOP_GRACE_S
             self._process.terminate()
 
