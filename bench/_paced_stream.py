@@ -85,7 +85,6 @@ def receive(
     service_url: str, source: str, sink: str, total: int, counted_from: int, min_seconds: float
 ) -> dict[str, Any]:
     client = pulsar.Client(service_url, logger=QUIET)
-    # no acknowledgements: the topic is the run's own, and they would cost the timed loop
     consumer = client.subscribe(sink, "latency", receiver_queue_size=10_000)
     wait_flowing(client, source, consumer)
     print("flowing", flush=True)
@@ -106,6 +105,8 @@ def receive(
                 break
             continue
         now = time.time_ns()
+        # acknowledged: pulsar-lite hands unacknowledged messages out again (duplicates)
+        consumer.acknowledge(message)
         data = message.data()
         if data == b"probe!":
             continue
