@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import pulsar
+from _cluster import percentile
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 PROBE_TIMEOUT_S = 90.0
@@ -134,14 +135,11 @@ def receive(
 
 
 def percentiles(latencies: list[float]) -> dict[str, Any]:
-    if not latencies:
-        return {"p50": None, "p99": None, "p999": None, "count": 0}
-    ordered = sorted(latencies)
+    def at(q: float) -> float | None:
+        value = percentile(latencies, q)
+        return None if value is None else round(value, 3)
 
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
-
-    return {"p50": at(0.5), "p99": at(0.99), "p999": at(0.999), "count": len(ordered)}
+    return {"p50": at(0.5), "p99": at(0.99), "p999": at(0.999), "count": len(latencies)}
 
 
 def main(argv: list[str]) -> None:

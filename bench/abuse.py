@@ -65,6 +65,7 @@ from _cluster import (
     Cluster,
     WorkerProcess,
     magnetar_processes_in_group,
+    percentile,
     progress,
     wait_until,
 )
@@ -633,13 +634,6 @@ def summarize_instances(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # --- one run ----------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def phase(
