@@ -8,6 +8,10 @@ Each invocation has a context of its own; its ``publish`` calls are sent, in ord
 result is handled, and state is not available to it (the state journal records one input's
 updates at a time). On an ordered subscription, a result that would overtake a failing input is
 dropped and its input waits behind the failing one, to run again after it.
+
+Every pending invocation's input is recorded as in user code (``in_flight``) until its result
+is handled; an input an earlier process died with runs with no other invocation pending
+(``crashes``).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.instance.context import InstanceContext
+from magnetar.instance.crashes import EarlierCrashes
 from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.exceptions import InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
+from magnetar.instance.in_flight import MAX_IN_FLIGHT, InFlightRecord
 from magnetar.instance.loader import LoadedFunction
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.outputs import Outputs
@@ -98,7 +104,10 @@ class AsyncRunner:
         publisher: Any,
         max_pending: int,
         timeout_ms: int | None,
+        in_flight: InFlightRecord | None = None,
+        earlier_crashes: EarlierCrashes | None = None,
     ) -> None:
+        """``max_pending`` is held to ``MAX_IN_FLIGHT``, the most an in-flight record holds."""
         self._function = function
         self._input_serdes = dict(input_serdes)
         self._default_serde = default_serde
@@ -111,7 +120,9 @@ class AsyncRunner:
         self._failures = failures
         self._acking = acking
         self._publisher = publisher
-        self._max_pending = max_pending
+        self._max_pending = min(max_pending, MAX_IN_FLIGHT)
+        self._in_flight = in_flight or InFlightRecord()
+        self._earlier_crashes = earlier_crashes or EarlierCrashes()
         self._timeout_s = (timeout_ms or 0) / 1000
         self._pending: deque[_Invocation] = deque()
         self._no_state = UnconfiguredStateStore(context.get_function_id(), reason=_NO_STATE)
@@ -139,17 +150,20 @@ class AsyncRunner:
                 if not self._pending[0].task.done():
                     self._drive(until_head=True)
                 self._handle(self._pending.popleft(), chunk)
-            self._start(consumer, message, chunk)
-            self._tick()
+            if self._start(consumer, message, chunk):
+                self._drive(until_head=True)  # alone: done before the next one starts
+                self._handle(self._pending.popleft(), chunk)
+            else:
+                self._tick()
         if self._pending:
             self._drive(until_head=False)
         self._collect(chunk)
 
-    def wait(self, chunk: Chunk, timeout_s: float) -> None:
+    def wait(self, chunk: Chunk, timeout_s: float | None) -> None:
         """Handle results until none is in flight or ``timeout_s`` passed (on stop)."""
-        deadline = time.monotonic() + timeout_s
-        while self._pending and time.monotonic() < deadline:
-            self._drive(until_head=True, timeout_s=deadline - time.monotonic())
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self._pending and (deadline is None or time.monotonic() < deadline):
+            self._drive(until_head=True, timeout_s=deadline and deadline - time.monotonic())
             self._collect(chunk)
 
     def close(self) -> None:
@@ -160,6 +174,8 @@ class AsyncRunner:
                 asyncio.gather(*(i.task for i in self._pending), return_exceptions=True)
             )
         self._loop.close()
+        self._in_flight.clear()  # cancelled: none of them killed the process
+        self._in_flight.close()
 
     def _drive(self, until_head: bool, timeout_s: float | None = None) -> None:
         """Run the event loop: until the oldest invocation is done, or for a short slice (or
@@ -181,7 +197,8 @@ class AsyncRunner:
         self._loop.call_soon(self._loop.stop)
         self._loop.run_forever()
 
-    def _start(self, consumer: Any, message: Any, chunk: Chunk) -> None:
+    def _start(self, consumer: Any, message: Any, chunk: Chunk) -> bool:
+        """Start an invocation for ``message`` (if it is to run); whether it runs alone."""
         self._metrics.received += 1
         topic = message.topic_name()
         acking = self._acking
@@ -191,11 +208,22 @@ class AsyncRunner:
             topic, message.message_id()
         ):
             chunk.inputs.append((consumer, message))
-            return
+            return False
+        alone = False
+        if self._earlier_crashes:
+            deaths = self._earlier_crashes.check(topic, message.message_id())
+            if deaths:
+                self._failures.crashed(consumer, message, deaths, chunk)
+                return False
+            if deaths is not None:
+                self.wait(chunk, None)
+                alone = True
         serde = self._input_serdes.get(topic) or self._serde_for(topic)
+        self._in_flight.enter(topic, message.message_id())
         try:
             value = serde.deserialize(message.data())
         except Exception as error:
+            self._in_flight.leave_newest()
             self._failures.fail(
                 consumer,
                 message,
@@ -204,7 +232,7 @@ class AsyncRunner:
                 chunk,
                 system=True,
             )
-            return
+            return False
         publishes = _Publishes()
         context = self._context.for_invocation(message, topic, publishes, self._no_state)
         call = (
@@ -216,6 +244,7 @@ class AsyncRunner:
             call = asyncio.wait_for(call, self._timeout_s)
         task = self._loop.create_task(call)
         self._pending.append(_Invocation(consumer, message, task, publishes, time.perf_counter()))
+        return alone
 
     def _collect(self, chunk: Chunk) -> None:
         pending = self._pending
@@ -223,6 +252,7 @@ class AsyncRunner:
             self._handle(pending.popleft(), chunk)
 
     def _handle(self, invocation: _Invocation, chunk: Chunk) -> None:
+        self._in_flight.leave()
         consumer, message = invocation.consumer, invocation.message
         metrics = self._metrics
         elapsed = time.perf_counter() - invocation.started

@@ -29,6 +29,7 @@ from magnetar.instance.acknowledgement import Acknowledger
 from magnetar.instance.async_runner import DEFAULT_MAX_PENDING, AsyncRunner
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, SubscriptionType
 from magnetar.instance.context import InstanceContext
+from magnetar.instance.crashes import EarlierCrashes
 from magnetar.instance.dead_letter import DeadLetters
 from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.exceptions import InstanceError, InvocationTimeoutError
@@ -287,6 +288,7 @@ class FunctionInstance:
                 load_timestamp_extractor(extractor, python.paths) if extractor else None,
             )
         if inspect.iscoroutinefunction(python.function.process):
+            max_pending = config.max_pending_async_requests or DEFAULT_MAX_PENDING
             return AsyncRunner(
                 python.function,
                 python.input_serdes,
@@ -300,8 +302,10 @@ class FunctionInstance:
                 failures,
                 acking,
                 self,
-                config.max_pending_async_requests or DEFAULT_MAX_PENDING,
+                max_pending,
                 config.timeout_ms,
+                InFlightRecord(options.in_flight_path, capacity=max_pending),
+                EarlierCrashes(options.earlier_crashes),
             )
         return PythonRunner(
             Invoker(python.function, context, self.metrics, config.timeout_ms),
@@ -316,7 +320,7 @@ class FunctionInstance:
             self._journal,
             acking,
             InFlightRecord(options.in_flight_path),
-            dict(options.earlier_crashes),
+            EarlierCrashes(options.earlier_crashes),
         )
 
     def _load_python(self) -> _PythonCode:
@@ -377,6 +381,8 @@ class FunctionInstance:
             self._journal,
             acking,
             self._check_publish,
+            InFlightRecord(self.options.in_flight_path, capacity=self.options.max_chunk),
+            EarlierCrashes(self.options.earlier_crashes),
         )
 
     # --- the loop -----------------------------------------------------------------------

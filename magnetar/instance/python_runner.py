@@ -9,9 +9,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
+from magnetar.instance.crashes import EarlierCrashes
 from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.failures import FailureHandler
-from magnetar.instance.in_flight import InFlightRecord, message_key
+from magnetar.instance.in_flight import InFlightRecord
 from magnetar.instance.invocation import Invoker
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.outputs import Outputs
@@ -41,12 +42,12 @@ class PythonRunner:
         journal: JournaledState | None,
         acking: Acking,
         in_flight: InFlightRecord | None = None,
-        earlier_crashes: dict[str, int] | None = None,
+        earlier_crashes: EarlierCrashes | None = None,
     ) -> None:
         """``in_flight``: where the message in user code is recorded; ``earlier_crashes``:
-        messages earlier processes died on (``message_key`` -> deaths), failed on receipt."""
+        messages earlier processes died with, failed on receipt."""
         self._in_flight = in_flight or InFlightRecord()
-        self._earlier_crashes = dict(earlier_crashes or {})
+        self._earlier_crashes = earlier_crashes or EarlierCrashes()
         self._invoker = invoker
         self._input_serdes = dict(input_serdes)
         self._default_serde = default_serde
@@ -94,9 +95,9 @@ class PythonRunner:
             chunk.inputs.append((consumer, message))
             return
         if self._earlier_crashes:
-            crashes = self._earlier_crashes.pop(message_key(topic, message_id), 0)
-            if crashes:
-                self._failures.crashed(consumer, message, crashes, chunk)
+            deaths = self._earlier_crashes.check(topic, message_id)
+            if deaths:  # (one message at a time: each runs alone)
+                self._failures.crashed(consumer, message, deaths, chunk)
                 return
         in_flight = self._in_flight
         in_flight.enter(topic, message_id)

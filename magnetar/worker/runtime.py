@@ -144,9 +144,9 @@ class RuntimeHandle(Protocol):
         """Why the instance exited; '' while it runs or after a clean stop."""
         ...
 
-    def in_flight(self) -> InFlight | None:
-        """The message the instance has in user code (after an exit: had, when it died);
-        None when none is, or the runtime cannot tell."""
+    def in_flight(self) -> list[InFlight]:
+        """The messages the instance has in user code, oldest first (after an exit: had, when
+        it died); none when the runtime cannot tell."""
         ...
 
     def enforce_limits(self) -> None:
@@ -348,7 +348,7 @@ class _ProcessHandle:
         self._reports: _Pipe | None = reports
         self._on_exit: Callable[[], None] | None = None
         self._in_flight_path = in_flight_path
-        self._last_in_flight: InFlight | None = None
+        self._last_in_flight: list[InFlight] = []
         self._in_flight_read = False
         self._lock = threading.Lock()
         self._snapshot: MetricsSnapshot | None = None
@@ -440,7 +440,7 @@ class _ProcessHandle:
             self._kill_at = time.monotonic() + _MEMORY_STOP_GRACE_S
             self._process.terminate()
 
-    def in_flight(self) -> InFlight | None:
+    def in_flight(self) -> list[InFlight]:
         if self._in_flight_read:
             return self._last_in_flight
         alive = self.is_alive()
@@ -733,9 +733,9 @@ class _ThreadHandle:
         error = self._instance.error
         return "" if error is None else f"{type(error).__name__}: {error}"
 
-    def in_flight(self) -> InFlight | None:
+    def in_flight(self) -> list[InFlight]:
         """Not recorded: a thread does not die alone."""
-        return None
+        return []
 
     def enforce_limits(self) -> None:
         """A thread's memory cannot be told from the worker's: no limit."""

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from magnetar.instance.crashes import blame
 from magnetar.instance.metrics import ExceptionInfo, MetricsSnapshot
 from magnetar.worker.model import parse_instance_key
 from magnetar.worker.runtime import InstanceSpec, Runtime, RuntimeHandle
@@ -34,7 +35,6 @@ _RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
 _DRAINING = "stopping: finishing its in-flight messages"
-_REMEMBERED_CRASHES = 100
 """Messages an instance died on, remembered at most."""
 
 
@@ -83,7 +83,8 @@ class _Instance:
     last_snapshot: MetricsSnapshot | None = None
     """The last report of the run that crashed, shown until the next run reports."""
     earlier_crashes: dict[str, int] = field(default_factory=dict)
-    """Messages runs died on (``message_key`` -> deaths), for the next run to fail them."""
+    """Messages runs died with (``message_key`` -> deaths, see ``crashes``), for the next run
+    to fail them or to run them alone."""
 
 
 @dataclass(eq=False)
@@ -296,12 +297,13 @@ class RuntimeManager:
         """What the status says of a message user code has had too long ('' if none): the
         instance cannot report it itself, its only thread being in user code."""
         in_flight = handle.in_flight()
-        if in_flight is None:
+        if not in_flight:
             return ""
-        busy_s = time.time() - in_flight.entered_at
+        oldest = in_flight[0]
+        busy_s = time.time() - oldest.entered_at
         if busy_s < self.busy_warning_s:
             return ""
-        return f"{in_flight.description} in user code for {busy_s:.0f} s"
+        return f"{oldest.description} in user code for {busy_s:.0f} s"
 
     # --- the supervisor -------------------------------------------------------------------
 
@@ -398,16 +400,7 @@ class RuntimeManager:
                 slot.last_snapshot = handle.snapshot()
                 slot.handle = None
                 error = handle.exit_error() or "the instance exited without being asked to"
-                in_flight = handle.in_flight()
-                if in_flight is not None:
-                    crashes = slot.earlier_crashes.get(in_flight.key, 0) + 1
-                    if len(slot.earlier_crashes) >= _REMEMBERED_CRASHES:
-                        slot.earlier_crashes.pop(next(iter(slot.earlier_crashes)))
-                    slot.earlier_crashes[in_flight.key] = crashes
-                    error += (
-                        f" while the function processed {in_flight.description}"
-                        f" (death {crashes} on that message)"
-                    )
+                error += blame(slot.earlier_crashes, handle.in_flight())
                 self._crashed(slot, error, now, _where(handle))
 
     def _crashed(self, slot: _Instance, error: str, now: float, where: str = "") -> None:

@@ -343,8 +343,8 @@ class StartedHandle:
     def exit_error(self) -> str:
         return ""
 
-    def in_flight(self) -> InFlight | None:
-        return None
+    def in_flight(self) -> list[InFlight]:
+        return []
 
     def enforce_limits(self) -> None: ...
 

@@ -103,6 +103,107 @@ def test_ordered_inputs_wait_behind_a_message_that_kills_its_process(
     assert list(dict.fromkeys(outputs)) == ["a!", "b!", "c!"]  # in order, "a!" maybe twice
 
 
+ASYNC_KILLER = """
+import asyncio
+import os
+
+async def process(input):
+    if input == "poison":
+        os._exit(1)
+    await asyncio.sleep(0.2)
+    return input + "!"
+"""
+
+
+def test_an_async_function_finds_the_message_that_kills_it_among_those_in_flight(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    dead_letters = f"{topic}-dlq"
+    config = function_config(
+        py=write_function(tmp_path, ASYNC_KILLER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        dead_letter_topic=dead_letters,
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    produce(client, topic, ["a", "b", "poison", "c", "d"])
+    manager.apply(specs)
+
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
+    (dead,) = collect(client, dead_letters, 1)
+    assert dead.data() == b"poison"
+    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!", "d!"})
+    assert set(outputs) == {"a!", "b!", "c!", "d!"}
+    status = manager.status(key)
+    assert status is not None
+    crashes = [e.exception_string for e in status.latest_system_exceptions]
+    origin = dead.properties()["ORIGIN_MESSAGE_ID"]
+    # it died with "a" and "b" still sleeping: all three suspects, then each ran alone
+    assert re.fullmatch(
+        r"the instance process exited with code 1 while the function had 3 messages in user "
+        r"code, the oldest message \S+ from \S+; they run one at a time now, to find the one "
+        r"it died on",
+        crashes[0],
+    ), crashes
+    assert crashes[1:] == [
+        "the instance process exited with code 1 while the function processed message "
+        f"{origin} from persistent://public/default/{topic} (death {death} on that message)"
+        for death in (1, 2)
+    ]
+
+
+JS_HOG = """
+function process(input) {
+    if (input === "poison") {
+        const held = new Uint8Array(512 * 1024 * 1024);
+        held.fill(1);
+        for (;;) {}
+    }
+    return input + "!";
+}
+"""
+
+
+def test_a_javascript_message_that_kills_its_process_is_found_in_its_chunk(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    dead_letters = f"{topic}-dlq"
+    script = tmp_path / "hog.js"
+    script.write_text(JS_HOG)
+    config = function_config(
+        runtime="JAVASCRIPT",
+        js=str(script),
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        dead_letter_topic=dead_letters,
+        timeout_ms=60_000,
+        resources={"ram": 256 * 1024 * 1024},
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    produce(client, topic, ["a", "b", "poison", "c", "d"])
+    manager.apply(specs)  # all five in one chunk
+
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=60)
+    (dead,) = collect(client, dead_letters, 1)
+    assert dead.data() == b"poison"
+    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!", "d!"})
+    assert set(outputs) == {"a!", "b!", "c!", "d!"}
+    status = manager.status(key)
+    assert status is not None
+    crashes = [e.exception_string for e in status.latest_system_exceptions]
+    assert len(crashes) == 3, crashes
+    assert "while the function had 5 messages in user code" in crashes[0]
+    for death, crash in enumerate(crashes[1:], 1):
+        assert crash.startswith("out of memory: over resources.ram"), crash
+        assert crash.endswith(
+            f" from persistent://public/default/{topic} (death {death} on that message)"
+        )
+
+
 LEAKER = """
 leaked = []
 
