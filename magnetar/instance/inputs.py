@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -58,12 +59,16 @@ class Inputs:
             self._skip_before_ms = int(time.time() * 1000)
 
     def receive(
-        self, waiting_for_sends: bool, busy: bool = False, wake_in_s: float | None = None
+        self,
+        waiting_for_sends: bool,
+        busy: bool = False,
+        wake_in_s: float | None = None,
+        idle: Callable[[], None] | None = None,
     ) -> list[Received]:
         """Up to ``max_chunk`` messages: what was handed back, the retries that are due,
         then new messages (waiting briefly for the first when there is nothing else, no
         longer than ``wake_in_s``, and not at all when the runner is ``busy`` with work of its
-        own)."""
+        own). ``idle`` is called before waiting, once no message is ready."""
         limit = self._options.max_chunk
         received: list[Received] = []
         while self._handed_back and len(received) < limit:
@@ -79,9 +84,23 @@ class Inputs:
         if wake_in_s is not None:
             poll_ms = min(poll_ms, int(wake_in_s * 1000) + 1)
         poll_ms = 0 if busy else max(1, poll_ms // len(self.consumers))
+        if idle is not None:
+            self._take(received, limit, 0)
+            if not received and not self.rewind_requested:
+                idle()
+                if poll_ms:
+                    self._take(received, limit, poll_ms)
+        else:
+            self._take(received, limit, poll_ms)
+        if self._skip_before_ms:
+            return self._skip_old(received)
+        return received
+
+    def _take(self, received: list[Received], limit: int, wait_ms: int) -> None:
+        """Add what the consumers hold, waiting up to ``wait_ms`` on each for its first."""
         for consumer in self.consumers:
             try:
-                received.append((consumer, consumer.receive(poll_ms)))
+                received.append((consumer, consumer.receive(wait_ms)))
                 while len(received) < limit:
                     received.append((consumer, consumer.receive(0)))
             except pulsar.Timeout:
@@ -94,9 +113,6 @@ class Inputs:
                 log.warning("%s: the client closed a consumer; subscribing again", consumer.topic())
                 self.rewind_requested = True
                 break
-        if self._skip_before_ms:
-            return self._skip_old(received)
-        return received
 
     def _skip_old(self, received: list[Received]) -> list[Received]:
         kept = []

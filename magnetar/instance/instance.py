@@ -410,16 +410,15 @@ class FunctionInstance:
         options = self.options
         next_report = time.monotonic() + options.metrics_interval_s
         windows = runner if isinstance(runner, WindowRunner) else None
+        flush = self._sender.flush if self._flush_when_idle else None
         while not self._stop.is_set():
             if windows is not None:
                 self._feed_windows(windows, inputs, acknowledger)
             else:
-                received = inputs.receive(acknowledger.unacked > 0, runner.busy)
+                # no more input ready: the open batches go now, not after their delay
+                received = inputs.receive(acknowledger.unacked > 0, runner.busy, idle=flush)
                 if received or runner.busy:
                     self._process_chunk(received)
-                if len(received) < options.max_chunk and self._flush_when_idle:
-                    # no more input ready: send the open batches now, not after their delay
-                    self._sender.flush()
             acknowledger.acknowledge_completed()
             outputs.close_idle()
             if inputs.rewind_requested:
