@@ -50,6 +50,7 @@ import pulsar
 from magnetar.client import Connection, create_client
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.in_flight import InFlight, read_in_flight
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.instance_log import instance_log_path
@@ -741,6 +742,13 @@ class _ThreadHandle:
         """A thread's memory cannot be told from the worker's: no limit."""
 
 
+_NO_V8_ON_THREADS = (
+    "JavaScript functions need the process runtime (worker setting runtime: process): V8, "
+    "as mini-racer embeds it, crashes or hangs a process that holds contexts on several "
+    "threads, which would take every instance of the worker with it"
+)
+
+
 class ThreadRuntime:
     """Instances on threads of the worker process, sharing the worker's pulsar client.
 
@@ -768,6 +776,8 @@ class ThreadRuntime:
         """Nothing to release."""
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
+        if spec.config.is_javascript:
+            raise InstanceError(_NO_V8_ON_THREADS)
         if spec.config.timeout_ms:
             log.warning(
                 "%s: timeoutMs=%d is not enforced by the thread runtime",

@@ -299,6 +299,27 @@ def test_thread_runtime_runs_and_stops_an_instance(
     wait_for(lambda: all(t.name != thread_name for t in threading.enumerate()))
 
 
+def test_thread_runtime_refuses_javascript_functions_with_the_reason(
+    client: pulsar.Client, start_manager: StartManager, topic: str
+) -> None:
+    config = function_config(
+        runtime="JAVASCRIPT", js=str(EXAMPLES / "exclamation.js"), inputs=[topic]
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(ThreadRuntime(client, WORKER_ID))
+    manager.apply(specs)
+
+    wait_for(lambda: (s := manager.status(key)) is not None and bool(s.error))
+    status = manager.status(key)
+    assert status is not None and not status.running
+    assert status.error == (
+        "cannot start the instance: InstanceError: JavaScript functions need the process "
+        "runtime (worker setting runtime: process): V8, as mini-racer embeds it, crashes or "
+        "hangs a process that holds contexts on several threads, which would take every "
+        "instance of the worker with it"
+    )
+
+
 def test_stop_drains_every_instance_and_leaves_no_child_process(
     client: pulsar.Client, start_manager: StartManager, topic: str
 ) -> None:
