@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ from magnetar.instance.state import StateStore, UnconfiguredStateStore
 from magnetar.topics import full_topic_name
 
 __all__ = ["check_script", "check_script_file", "open_executor", "script_limits"]
+
+_ONE_CHECK_AT_A_TIME = threading.Lock()
+"""V8, as mini-racer embeds it, crashes a process that holds contexts on several threads at
+once: a worker checks the scripts of concurrent requests one after the other (each within its
+top level's time limit)."""
 
 
 def script_limits(config: FunctionConfig) -> tuple[int, int]:
@@ -47,10 +53,11 @@ def check_script(
             raise FunctionLoadError(
                 f"function script {filename} is not UTF-8 text: {error}"
             ) from None
-    engine = ScriptEngine(
-        source, filename, function_name, _settings_for_check(), timeout_ms, memory_limit_bytes
-    )
-    engine.close()
+    with _ONE_CHECK_AT_A_TIME:
+        engine = ScriptEngine(
+            source, filename, function_name, _settings_for_check(), timeout_ms, memory_limit_bytes
+        )
+        engine.close()
 
 
 def check_script_file(config: FunctionConfig) -> None:
