@@ -10,6 +10,7 @@ from typing import Any
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
+from magnetar.instance.javascript._curl import UrlClient
 from magnetar.instance.javascript._engine import (
     DEFAULT_MEMORY_LIMIT_BYTES,
     DEFAULT_TIMEOUT_MS,
@@ -76,6 +77,11 @@ def open_executor(
     if not config.js:
         raise FunctionLoadError(f"function {config.fqfn} has no code: set js (--js)")
     timeout_ms, memory = script_limits(config)
+    urls = (
+        UrlClient(config.url_bindings, config.secrets, secrets_provider)
+        if config.url_bindings
+        else None
+    )
     settings = {
         "name": config.name,
         "tenant": config.tenant,
@@ -96,6 +102,7 @@ def open_executor(
         ),
         "outputJson": config.output_serde_class_name == "json",
         "stopOnError": stop_on_error,
+        "urlBindings": urls.aliases if urls else [],
     }
     source = read_script(config.js)
     engine = ScriptEngine(
@@ -113,6 +120,7 @@ def open_executor(
         # metadata costs a few microseconds a message: sent up front only to scripts that
         # name a getter (others get it when they first ask, see the prelude)
         with_metadata=any(getter in source for getter in _METADATA_GETTERS),
+        urls=urls,
     )
 
 
@@ -141,4 +149,5 @@ def _settings_for_check() -> dict[str, Any]:
         "stateError": "",
         "outputJson": False,
         "stopOnError": False,
+        "urlBindings": [],
     }

@@ -1,0 +1,265 @@
+"""``curl()`` from JavaScript functions to their URL bindings, against a local HTTP server
+started by the test: what the function returns, what the server saw, what the status says."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pulsar
+import pytest
+
+from magnetar.instance import FunctionInstance
+from tests.integration.conftest import RunFunction, collect, produce, values, wait_for
+
+
+@dataclass
+class Seen:
+    """The requests the server received: method, path, query, headers, body."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def paths(self) -> list[str]:
+        with self.lock:
+            return [request["path"] for request in self.requests]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    seen: Seen
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+    def _handle(self) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode() if length else ""
+        request = {
+            "method": self.command,
+            "path": parts.path,
+            "query": parse_qs(parts.query),
+            "authorization": self.headers.get("Authorization"),
+            "trace": self.headers.get("X-Trace"),
+            "contentType": self.headers.get("Content-Type"),
+            "body": body,
+        }
+        with self.seen.lock:
+            self.seen.requests.append(request)
+        if parts.path == "/api/slow":
+            time.sleep(1.5)
+            self._reply(200, "text/plain", b"late")
+        elif parts.path == "/api/big":
+            self._reply(200, "application/octet-stream", b"x" * 4096)
+        elif parts.path == "/api/text":
+            self._reply(200, "text/plain; charset=utf-8", b"plain words")
+        elif parts.path == "/api/away":
+            self.send_response(302)
+            self.send_header("Location", "/private/data")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif parts.path == "/api/missing":
+            self._reply(404, "application/json", b'{"error": "no such thing"}')
+        else:
+            self._reply(200, "application/json", json.dumps(request).encode())
+
+    def _reply(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            with contextlib.suppress(BrokenPipeError):  # past the caller's time limit
+                self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle  # noqa: N815
+
+
+@dataclass
+class Server:
+    base: str
+    """``http://127.0.0.1:PORT``."""
+    seen: Seen
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    seen = Seen()
+    handler = type("Handler", (_Handler,), {"seen": seen})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", seen)
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def write_script(tmp_path: Path, source: str) -> str:
+    path = tmp_path / f"fn_{uuid.uuid4().hex[:6]}.js"
+    path.write_text(textwrap.dedent(source))
+    return str(path)
+
+
+def status(instance: FunctionInstance) -> dict[str, Any]:
+    result: dict[str, Any] = instance.snapshot().status()["status"]
+    return result
+
+
+def test_get_and_post_json_with_params_headers_and_auth_from_secrets(
+    client: pulsar.Client, run_function: RunFunction, topic: str, server: Server, tmp_path: Path
+) -> None:
+    path = write_script(
+        tmp_path,
+        """
+        function process(input, context) {
+          const got = curl('GET', api, {path: '/items/' + input,
+                                        params: {q: 'a b', n: 2}, headers: {'X-Trace': 't1'}});
+          const posted = curl('POST', 'api', {path: 'orders', body: {item: input, count: 3}});
+          const text = curl('GET', basicApi, {path: 'text'});
+          const missing = curl('GET', api, {path: 'missing'});
+          context.log('called ' + input);
+          return {got: got.body, gotStatus: got.status, gotType: got.headers['content-type'],
+                  posted: posted.body, text: text.body, basic: text.status,
+                  missing: [missing.status, missing.body]};
+        }
+        """,
+    )
+    run_function(
+        js=path,
+        inputs=[topic],
+        output=f"{topic}-out",
+        output_serde_class_name="json",
+        secrets={"apiToken": "t0ken", "apiPassword": "pa55"},
+        url_bindings=[
+            {
+                "alias": "api",
+                "url": f"{server.base}/api",
+                "auth": {"type": "bearer", "secret": "apiToken"},
+            },
+            {
+                "alias": "basicApi",
+                "url": f"{server.base}/api/",
+                "auth": {"type": "basic", "username": "ann", "secret": "apiPassword"},
+            },
+        ],
+    )
+    produce(client, topic, ["w1", "w2"])
+    out = [json.loads(m.data()) for m in collect(client, f"{topic}-out", 2)]
+    first = out[0]
+    assert first["gotStatus"] == 200
+    assert first["gotType"] == "application/json"
+    assert first["got"] == {
+        "method": "GET",
+        "path": "/api/items/w1",
+        "query": {"q": ["a b"], "n": ["2"]},
+        "authorization": "Bearer t0ken",
+        "trace": "t1",
+        "contentType": None,
+        "body": "",
+    }
+    assert first["posted"]["method"] == "POST"
+    assert first["posted"]["path"] == "/api/orders"
+    assert first["posted"]["contentType"] == "application/json"
+    assert json.loads(first["posted"]["body"]) == {"item": "w1", "count": 3}
+    assert first["text"] == "plain words"  # not JSON: the text
+    assert first["missing"] == [404, {"error": "no such thing"}]  # a status, not an error
+    assert out[1]["got"]["path"] == "/api/items/w2"
+    # four requests a message, each sent once though the message ran five times
+    per_message = ["items/{}", "orders", "text", "missing"]
+    assert server.seen.paths() == [
+        "/api/" + path.format(word) for word in ("w1", "w2") for path in per_message
+    ]
+    basic = server.seen.requests[2]["authorization"]
+    assert basic == "Basic YW5uOnBhNTU="  # ann:pa55
+
+
+def test_only_the_bindings_are_reachable_and_errors_name_their_cause(
+    client: pulsar.Client, run_function: RunFunction, topic: str, server: Server, tmp_path: Path
+) -> None:
+    path = write_script(
+        tmp_path,
+        """
+        function attempt(call) {
+          try { return 'ok ' + call().status; } catch (e) { return e.name + ': ' + e.message; }
+        }
+        function process(input) {
+          const base = 'BASE';
+          return [
+            attempt(() => curl('GET', api, {path: '../private/data'})),
+            attempt(() => curl('GET', api, {path: '%2e%2e/private/data'})),
+            attempt(() => curl('GET', api, {path: base + '/private/data'})),
+            attempt(() => curl('GET', api, {path: '//evil.example/x'})),
+            attempt(() => curl('GET', api, {path: 'away', redirect: true})),
+            attempt(() => curl('GET', 'nope', {})),
+            attempt(() => curl('GET', api, {path: 'big'})),
+            attempt(() => curl('GET', api, {path: 'sub/../text'})),
+          ];
+        }
+        """.replace("BASE", server.base),
+    )
+    run_function(
+        js=path,
+        inputs=[topic],
+        output=f"{topic}-out",
+        output_serde_class_name="json",
+        url_bindings=[{"alias": "api", "url": f"{server.base}/api", "maxResponseBytes": 1024}],
+    )
+    produce(client, topic, ["go"])
+    answers = json.loads(collect(client, f"{topic}-out", 1)[0].data())
+    assert answers == [
+        "CurlError: curl GET api ../private/data: path '../private/data' leaves the "
+        f"binding's URL {server.base}/api",
+        "CurlError: curl GET api %2e%2e/private/data: path '%2e%2e/private/data' hides a dot "
+        "segment or a slash in percent-encoding",
+        f"CurlError: curl GET api {server.base}/private/data: path '{server.base}/private/data'"
+        " must be a path under the binding's URL (not an absolute URL, without spaces, "
+        "backslashes or a fragment)",
+        "CurlError: curl GET api //evil.example/x: path '//evil.example/x' must be a path under "
+        "the binding's URL (not an absolute URL, without spaces, backslashes or a fragment)",
+        f"CurlError: curl GET api away: the redirect to {server.base}/private/data leaves the "
+        f"binding's URL {server.base}/api",
+        "CurlError: curl: 'nope' is no URL binding of this function (bindings: api)",
+        "CurlError: curl GET api big: the response is too large: 4096 bytes, over the "
+        "binding's limit of 1024 bytes (maxResponseBytes)",
+        "ok 200",
+    ]
+    assert server.seen.paths() == ["/api/away", "/api/big", "/api/text"]
+
+
+def test_a_timeout_fails_the_message_which_is_retried_then_dead_lettered(
+    client: pulsar.Client, run_function: RunFunction, topic: str, server: Server, tmp_path: Path
+) -> None:
+    path = write_script(
+        tmp_path,
+        """
+        function process(input) {
+          return curl('GET', api, {path: input}).body;
+        }
+        """,
+    )
+    instance = run_function(
+        js=path,
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=1,
+        dead_letter_topic=f"{topic}-dlq",
+        url_bindings=[{"alias": "api", "url": f"{server.base}/api/", "timeoutMs": 300}],
+    )
+    produce(client, topic, ["text", "slow", "text"])
+    assert values(collect(client, f"{topic}-out", 2)) == ["plain words", "plain words"]
+    assert values(collect(client, f"{topic}-dlq", 1, timeout=20)) == ["slow"]
+    wait_for(lambda: instance.metrics.user_exceptions == 2)  # the first try and one retry
+    error = status(instance)["latestUserExceptions"][0]["exceptionString"]
+    assert error.startswith("CurlError: curl GET api slow: timed out after 300 ms\n    at process")
+    assert server.seen.paths().count("/api/slow") == 2
