@@ -36,7 +36,7 @@ DEFAULT_URL_TIMEOUT_MS = 10_000
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """Largest response body of a binding without ``maxResponseBytes``."""
 _ALIAS = re.compile(r"[A-Za-z_$][\w$]*")
-_CONTROL = re.compile(r"[\x00-\x20\x7f\\]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
 
@@ -112,7 +112,7 @@ def _check_base_url(url: str, where: str) -> None:
             f"{where} must not hold credentials (user:password@): put them in one of the "
             "function's secrets and name it in auth"
         )
-    if parts.query or parts.fragment or _CONTROL.search(url):
+    if parts.query or parts.fragment or " " in url or _CONTROL.search(url):
         raise ValueError(
             f"{where} {url!r} must be a base URL without query, fragment, spaces or "
             "backslashes (requests add their path and params)"
@@ -149,8 +149,8 @@ def request_url(base: str, path: str, params: Mapping[str, Any] | None = None) -
     UrlOutsideBindingError for an absolute URL or a path that leaves the base path."""
     if "://" in path or path.startswith("//") or _CONTROL.search(path) or "#" in path:
         raise UrlOutsideBindingError(
-            f"path {path!r} must be a path under the binding's URL (not an absolute URL, "
-            "without spaces, backslashes or a fragment)"
+            f"path {path!r} must be relative to the binding's URL (no absolute URL, control "
+            "character, backslash or fragment)"
         )
     path, _, query = path.partition("?")
     parts = urlsplit(base)

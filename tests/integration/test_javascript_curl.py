@@ -3,106 +3,30 @@ started by the test: what the function returns, what the server saw, what the st
 
 from __future__ import annotations
 
-import contextlib
 import json
 import textwrap
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pulsar
 import pytest
 
 from magnetar.instance import FunctionInstance
+from tests.http_endpoint import Server, http_endpoint
 from tests.integration.conftest import RunFunction, collect, produce, values, wait_for
 
-
-@dataclass
-class Seen:
-    """The requests the server received: method, path, query, headers, body."""
-
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def paths(self) -> list[str]:
-        with self.lock:
-            return [request["path"] for request in self.requests]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    seen: Seen
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet."""
-
-    def _handle(self) -> None:
-        parts = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length).decode() if length else ""
-        request = {
-            "method": self.command,
-            "path": parts.path,
-            "query": parse_qs(parts.query),
-            "authorization": self.headers.get("Authorization"),
-            "trace": self.headers.get("X-Trace"),
-            "contentType": self.headers.get("Content-Type"),
-            "body": body,
-        }
-        with self.seen.lock:
-            self.seen.requests.append(request)
-        if parts.path == "/api/slow":
-            time.sleep(1.5)
-            self._reply(200, "text/plain", b"late")
-        elif parts.path == "/api/big":
-            self._reply(200, "application/octet-stream", b"x" * 4096)
-        elif parts.path == "/api/text":
-            self._reply(200, "text/plain; charset=utf-8", b"plain words")
-        elif parts.path == "/api/away":
-            self.send_response(302)
-            self.send_header("Location", "/private/data")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-        elif parts.path == "/api/missing":
-            self._reply(404, "application/json", b'{"error": "no such thing"}')
-        else:
-            self._reply(200, "application/json", json.dumps(request).encode())
-
-    def _reply(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            with contextlib.suppress(BrokenPipeError):  # past the caller's time limit
-                self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle  # noqa: N815
-
-
-@dataclass
-class Server:
-    base: str
-    """``http://127.0.0.1:PORT``."""
-    seen: Seen
+NOT_RELATIVE = (
+    "must be relative to the binding's URL (no absolute URL, control character, backslash or "
+    "fragment)"
+)
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    seen = Seen()
-    handler = type("Handler", (_Handler,), {"seen": seen})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", seen)
-    httpd.shutdown()
-    httpd.server_close()
+    with http_endpoint() as endpoint:
+        yield endpoint
 
 
 def write_script(tmp_path: Path, source: str) -> str:
@@ -222,11 +146,9 @@ def test_only_the_bindings_are_reachable_and_errors_name_their_cause(
         f"binding's URL {server.base}/api",
         "CurlError: curl GET api %2e%2e/private/data: path '%2e%2e/private/data' hides a dot "
         "segment or a slash in percent-encoding",
-        f"CurlError: curl GET api {server.base}/private/data: path '{server.base}/private/data'"
-        " must be a path under the binding's URL (not an absolute URL, without spaces, "
-        "backslashes or a fragment)",
-        "CurlError: curl GET api //evil.example/x: path '//evil.example/x' must be a path under "
-        "the binding's URL (not an absolute URL, without spaces, backslashes or a fragment)",
+        f"CurlError: curl GET api {server.base}/private/data: path "
+        f"'{server.base}/private/data' {NOT_RELATIVE}",
+        f"CurlError: curl GET api //evil.example/x: path '//evil.example/x' {NOT_RELATIVE}",
         f"CurlError: curl GET api away: the redirect to {server.base}/private/data leaves the "
         f"binding's URL {server.base}/api",
         "CurlError: curl: 'nope' is no URL binding of this function (bindings: api)",
