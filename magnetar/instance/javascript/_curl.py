@@ -191,7 +191,7 @@ class UrlClient:
             header = _authorization(binding, secrets, secrets_provider)
             if header is not None:
                 self._authorization[binding.alias] = header
-        self._tls = ssl.create_default_context()
+        self._tls: ssl.SSLContext | None = None  # made on the first https request (~0.1 s)
 
     @property
     def aliases(self) -> list[str]:
@@ -265,6 +265,8 @@ class UrlClient:
         remaining = max(deadline - time.monotonic(), 0.001)
         connection: http.client.HTTPConnection
         if parts.scheme == "https":
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
             connection = http.client.HTTPSConnection(
                 parts.netloc, timeout=remaining, context=self._tls
             )
