@@ -4,6 +4,7 @@ often its message runs)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,15 @@ def test_python_functions_have_no_bindings() -> None:
     assert "urlBindings are for JavaScript functions (curl())" in config_error(
         py="fn.py", urlBindings=[API]
     )
+
+
+def test_the_cli_flag_takes_the_bindings_as_json() -> None:
+    from magnetar.cli.function_flags import config_from_flags
+
+    config = config_from_flags(
+        None, name="fn", js="fn.js", inputs="in", url_bindings=json.dumps([API])
+    )
+    assert [b.url for b in config.url_bindings] == ["https://api.example.com/v1"]
 
 
 # --- where a request goes -----------------------------------------------------------------

@@ -27,6 +27,8 @@ Guarantees kept while batching:
   the instance has handled every outcome before the message that wants it (so the read sees
   their writes); that message then runs again in V8, and only the run that completes has
   effects. A message may therefore run more than once, once per new key it reads.
+* HTTP requests (``curl``, see ``_curl``) are fetched the same way, at the same point; their
+  answers go with every call that begins at that message, so each is sent once.
 """
 
 from __future__ import annotations
