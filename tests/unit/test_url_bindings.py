@@ -276,6 +276,7 @@ def test_request_mistakes_are_type_errors(tmp_path: Path, server: Server) -> Non
             attempt(() => curl('GET', api, {url: 'x'})),
             attempt(() => curl('GET', api, {headers: {n: 1}})),
             attempt(() => curl('GET', api, {headers: {Host: 'evil'}})),
+            attempt(() => curl('GET', api, {headers: {'X-A': 'a\\r\\nHost: evil'}})),
           ].join('|');
         }
         """,
@@ -289,6 +290,7 @@ def test_request_mistakes_are_type_errors(tmp_path: Path, server: Server) -> Non
             "redirect)",
             "TypeError: curl: header n must be a string",
             "CurlError: curl GET api /: header Host is set by Magnetar, not by the script",
+            "CurlError: curl GET api /: invalid request: Invalid header value b'a\\r\\nHost: evil'",
         ]
     )
     assert server.seen.paths() == []

@@ -208,11 +208,15 @@ class UrlClient:
         if binding is None:
             known = ", ".join(self._bindings) or "none"
             return {"error": f"curl: {alias!r} is no URL binding of this function ({known})"}
+        if method not in _METHODS:
+            return {"error": f"{where}: method {method} is not one of {', '.join(_METHODS)}"}
         try:
             url = request_url(binding.url, str(spec.get("path") or ""), spec.get("params"))
             return self._send(binding, method, url, spec)
         except (UrlRequestError, UrlOutsideBindingError) as error:
             return {"error": f"{where}: {error}"}
+        except ValueError as error:  # http.client's refusals: a header with a line break, ...
+            return {"error": f"{where}: invalid request: {error}"}
 
     def _send(
         self, binding: UrlBinding, method: str, url: str, spec: Mapping[str, Any]

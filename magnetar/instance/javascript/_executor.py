@@ -192,6 +192,8 @@ class ScriptRun(Iterator[ScriptOutcome]):
         self._need: list[Any] | None = None
         self._answers: tuple[int, list[dict[str, Any]]] | None = None
         """The answers to the requests of the input at that index (see ``_curl``)."""
+        self._requests_s = 0.0
+        """Time spent in requests not yet counted in the latency of an outcome."""
         self._forget = False
         """The next call must drop what V8 knows of the state (``discard``)."""
         self._stopped = False
@@ -261,7 +263,9 @@ class ScriptRun(Iterator[ScriptOutcome]):
             executor.log_effects(reply["logs"])
             self._queue.append(ScriptOutcome(error=self._interruption_error(answer)))
             self._start = at + 1
-        executor.record_latency(elapsed, len(self._queue))
+        executor.record_latency(elapsed + self._requests_s, len(self._queue))
+        if self._queue:
+            self._requests_s = 0.0
 
     def _request(self, spec: dict[str, Any]) -> None:
         """Send the request ``curl`` made in the input at ``_start``; its answer goes with
@@ -269,9 +273,11 @@ class ScriptRun(Iterator[ScriptOutcome]):
         if self._answers is None or self._answers[0] != self._start:
             self._answers = (self._start, [])
         urls = self._executor.urls
+        started = time.perf_counter()
         self._answers[1].append(
             urls.answer(spec) if urls else {"error": "curl: this function has no URL bindings"}
         )
+        self._requests_s += time.perf_counter() - started
 
     def _eval(self, fetched: str) -> tuple[str | Interruption, dict[str, Any], float]:
         executor = self._executor
