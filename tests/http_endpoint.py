@@ -1,6 +1,7 @@
 """A local HTTP endpoint for tests of ``curl()``: it records every request and answers by
-path (``/api/slow`` late, ``/api/big`` 4 KiB, ``/api/text`` text, ``/api/away`` a redirect out
-of ``/api``, ``/api/missing`` a 404 with JSON, anything else the request itself as JSON)."""
+path (``/api/slow`` late, ``/api/big`` 4 KiB, ``/api/unsized`` 4 KiB without a length,
+``/api/text`` text, ``/api/away`` a redirect out of ``/api``, ``/api/missing`` a 404 with
+JSON, anything else the request itself as JSON)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, "text/plain", b"late")
         elif parts.path == "/api/big":
             self._reply(200, "application/octet-stream", b"x" * 4096)
+        elif parts.path == "/api/unsized":  # no Content-Length: read until the close
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(b"y" * 4096)
         elif parts.path == "/api/text":
             self._reply(200, "text/plain; charset=utf-8", b"plain words")
         elif parts.path == "/api/away":

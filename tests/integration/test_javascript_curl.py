@@ -127,6 +127,7 @@ def test_only_the_bindings_are_reachable_and_errors_name_their_cause(
             attempt(() => curl('GET', api, {path: 'away', redirect: true})),
             attempt(() => curl('GET', 'nope', {})),
             attempt(() => curl('GET', api, {path: 'big'})),
+            attempt(() => curl('GET', api, {path: 'unsized'})),
             attempt(() => curl('GET', api, {path: 'sub/../text'})),
           ];
         }
@@ -154,9 +155,11 @@ def test_only_the_bindings_are_reachable_and_errors_name_their_cause(
         "CurlError: curl: 'nope' is no URL binding of this function (bindings: api)",
         "CurlError: curl GET api big: the response is too large: 4096 bytes, over the "
         "binding's limit of 1024 bytes (maxResponseBytes)",
+        "CurlError: curl GET api unsized: the response is too large: more than 1024 bytes, over "
+        "the binding's limit of 1024 bytes (maxResponseBytes)",
         "ok 200",
     ]
-    assert server.seen.paths() == ["/api/away", "/api/big", "/api/text"]
+    assert server.seen.paths() == ["/api/away", "/api/big", "/api/unsized", "/api/text"]
 
 
 def test_a_timeout_fails_the_message_which_is_retried_then_dead_lettered(
