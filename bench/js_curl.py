@@ -30,7 +30,10 @@ from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import ClearTextSecretsProvider
 from magnetar.instance.state import UnconfiguredStateStore
 from magnetar.instance.url_bindings import UrlBinding
+from magnetar.instance.url_hosts import UrlHostRule
 
+LOCAL_SERVER = UrlHostRule(("127.0.0.1",))
+"""The worker setting that lets bindings reach the bench's server on 127.0.0.1."""
 CHUNK = 500
 SCRIPTS = {
     0: "function process(input) { return input + '!'; }",
@@ -102,6 +105,7 @@ def per_message_s(requests: int, base: str, messages: int, workdir: Path) -> flo
         logging.getLogger("bench"),
         ClearTextSecretsProvider(),
         False,
+        LOCAL_SERVER,
     )
     batch = [_Message(f"m{i}".encode(), i) for i in range(CHUNK)]
     started = time.perf_counter()
@@ -117,7 +121,12 @@ def per_message_s(requests: int, base: str, messages: int, workdir: Path) -> flo
 
 def http_alone_s(base: str, count: int) -> float:
     """One exchange made by Python the way ``curl`` makes it (a connection per request)."""
-    client = UrlClient([UrlBinding(alias="api", url=f"{base}/api")], {}, ClearTextSecretsProvider())
+    client = UrlClient(
+        [UrlBinding(alias="api", url=f"{base}/api")],
+        {},
+        ClearTextSecretsProvider(),
+        LOCAL_SERVER,
+    )
     spec = {"method": "GET", "binding": "api", "path": "m1", "params": {}, "headers": {}}
     started = time.perf_counter()
     for _ in range(count):

@@ -44,6 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
             "query": parse_qs(parts.query),
             "authorization": self.headers.get("Authorization"),
             "trace": self.headers.get("X-Trace"),
+            "host": self.headers.get("Host"),
             "contentType": self.headers.get("Content-Type"),
             "body": body,
         }

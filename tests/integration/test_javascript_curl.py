@@ -13,10 +13,15 @@ from typing import Any
 import pulsar
 import pytest
 
-from magnetar.instance import FunctionInstance
+from magnetar.instance import FunctionInstance, InstanceOptions
+from magnetar.instance.url_hosts import UrlHostRule
 from tests.http_endpoint import Server, http_endpoint
 from tests.integration.conftest import RunFunction, collect, produce, values, wait_for
 
+WITH_THE_SERVER = InstanceOptions(
+    retry_delay_ms=200, url_hosts=UrlHostRule(("public", "127.0.0.1"))
+)
+"""The worker's url_binding_hosts that lets bindings reach the test's server (127.0.0.1)."""
 NOT_RELATIVE = (
     "must be relative to the binding's URL (no absolute URL, control character, backslash or "
     "fragment)"
@@ -60,6 +65,7 @@ def test_get_and_post_json_with_params_headers_and_auth_from_secrets(
         """,
     )
     run_function(
+        options=WITH_THE_SERVER,
         js=path,
         inputs=[topic],
         output=f"{topic}-out",
@@ -89,6 +95,7 @@ def test_get_and_post_json_with_params_headers_and_auth_from_secrets(
         "query": {"q": ["a b"], "n": ["2"]},
         "authorization": "Bearer t0ken",
         "trace": "t1",
+        "host": server.base.removeprefix("http://"),
         "contentType": None,
         "body": "",
     }
@@ -134,6 +141,7 @@ def test_only_the_bindings_are_reachable_and_errors_name_their_cause(
         """.replace("BASE", server.base),
     )
     run_function(
+        options=WITH_THE_SERVER,
         js=path,
         inputs=[topic],
         output=f"{topic}-out",
@@ -174,6 +182,7 @@ def test_a_timeout_fails_the_message_which_is_retried_then_dead_lettered(
         """,
     )
     instance = run_function(
+        options=WITH_THE_SERVER,
         js=path,
         inputs=[topic],
         output=f"{topic}-out",

@@ -18,6 +18,7 @@ from magnetar.instance.javascript import ScriptExecutor, check_script, open_exec
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import ClearTextSecretsProvider
 from magnetar.instance.state import StateStore, UnconfiguredStateStore
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from tests.conftest import EXAMPLES
 
 # --- FunctionConfig -----------------------------------------------------------------------
@@ -207,6 +208,7 @@ def executor(
     source: str,
     state: StateStore | None = None,
     stop_on_error: bool = False,
+    url_hosts: UrlHostRule = PUBLIC_HOSTS,
     **fields: Any,
 ) -> ScriptExecutor:
     path = tmp_path / "fn.js"
@@ -220,6 +222,7 @@ def executor(
         logging.getLogger("test.js"),
         ClearTextSecretsProvider(),
         stop_on_error,
+        url_hosts,
     )
 
 

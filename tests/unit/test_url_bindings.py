@@ -18,6 +18,7 @@ from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import EnvironmentSecretsProvider
 from magnetar.instance.state import UnconfiguredStateStore
 from magnetar.instance.url_bindings import UrlOutsideBindingError, request_url, under_binding
+from magnetar.instance.url_hosts import UrlHostRule
 from tests.http_endpoint import Server, http_endpoint
 from tests.unit.test_javascript import MemoryState, config_error, executor, outputs, parse
 
@@ -31,6 +32,8 @@ def server() -> Iterator[Server]:
 # --- the config ---------------------------------------------------------------------------
 
 API = {"alias": "api", "url": "https://api.example.com/v1"}
+THE_TEST_SERVER = UrlHostRule(("public", "127.0.0.1"))
+"""The worker's setting that lets bindings reach the test's server (on 127.0.0.1)."""
 
 
 def test_bindings_parse_with_their_defaults() -> None:
@@ -209,6 +212,7 @@ def test_each_request_goes_out_once_while_state_reads_rerun_the_message(
         }
         """,
         state,
+        url_hosts=THE_TEST_SERVER,
         urlBindings=[{"alias": "api", "url": f"{server.base}/api"}],
     )
     assert outputs(run, ["a", "a", "b"]) == [
@@ -280,6 +284,7 @@ def test_request_mistakes_are_type_errors(tmp_path: Path, server: Server) -> Non
           ].join('|');
         }
         """,
+        url_hosts=THE_TEST_SERVER,
         urlBindings=[{"alias": "api", "url": f"{server.base}/api"}],
     )
     assert outputs(run, ["x"])[0] == "|".join(

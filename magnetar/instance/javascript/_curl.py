@@ -9,7 +9,10 @@ Python sends it, once every outcome before the message has been handled, and cal
 at that message with the answers so far (``["h", index, answers]`` in ``fetched``). The
 message runs again from its start: its n-th ``curl`` returns the n-th answer, so each request
 goes out once though the code before it runs again (a message with k requests runs k + 1
-times). A failed request (timeout, refused, too large, outside the binding) is thrown into
+times). Each connection (a followed redirect's too) goes to an address of the binding's host
+that the worker's rule allows (``magnetar.instance.url_hosts``), resolved and checked just
+before it. A failed request (timeout, refused, too large, outside the binding or the rule)
+is thrown into
 the script as a ``CurlError`` naming the cause; uncaught, it fails the message, which is then
 retried and dead-lettered like any other failure.
 """
@@ -35,6 +38,12 @@ from magnetar.instance.url_bindings import (
     UrlOutsideBindingError,
     request_url,
     under_binding,
+)
+from magnetar.instance.url_hosts import (
+    PUBLIC_HOSTS,
+    ResolvedAddress,
+    UrlHostRefusedError,
+    UrlHostRule,
 )
 
 __all__ = ["CURL_RUNTIME", "FETCH_KIND", "UrlClient"]
@@ -184,7 +193,10 @@ class UrlClient:
         bindings: Sequence[UrlBinding],
         secrets: Mapping[str, Any],
         secrets_provider: SecretsProvider,
+        hosts: UrlHostRule = PUBLIC_HOSTS,
     ) -> None:
+        """``hosts``: where the worker lets bindings connect (its ``url_binding_hosts``)."""
+        self._hosts = hosts
         self._bindings = {binding.alias: binding for binding in bindings}
         self._authorization: dict[str, str] = {}
         for binding in bindings:
@@ -265,17 +277,23 @@ class UrlClient:
     ) -> tuple[int, dict[str, str], bytes]:
         parts = urlsplit(url)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            addresses = self._hosts.resolve(host, port)
+        except socket.gaierror as error:
+            raise UrlRequestError(f"cannot resolve {host}: {error.strerror}") from None
+        except UrlHostRefusedError as error:
+            raise UrlRequestError(str(error)) from None
         # past the deadline (after redirects): a tiny time limit times out at once
         remaining = max(deadline - time.monotonic(), 0.001)
         connection: http.client.HTTPConnection
         if parts.scheme == "https":
             if self._tls is None:
                 self._tls = ssl.create_default_context()
-            connection = http.client.HTTPSConnection(
-                parts.netloc, timeout=remaining, context=self._tls
-            )
+            connection = _TlsConnection(host, port, addresses, remaining, self._tls)
         else:
-            connection = http.client.HTTPConnection(parts.netloc, timeout=remaining)
+            connection = _Connection(host, port, addresses, remaining)
         try:
             connection.request(method, target, body=payload, headers=headers)
             reply = connection.getresponse()
@@ -309,8 +327,6 @@ class UrlClient:
             raise UrlRequestError(f"timed out after {binding.timeout_ms} ms") from None
         except ConnectionRefusedError:
             raise UrlRequestError(f"connection to {parts.netloc} refused") from None
-        except socket.gaierror as error:
-            raise UrlRequestError(f"cannot resolve {parts.hostname}: {error.strerror}") from None
         except ssl.SSLError as error:
             raise UrlRequestError(f"TLS with {parts.netloc} failed: {error.reason}") from None
         except (OSError, http.client.HTTPException) as error:
@@ -319,6 +335,62 @@ class UrlClient:
             ) from None
         finally:
             connection.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """HTTP to the checked addresses of its host (not to what the name resolves to by the
+    time it connects); the Host header still names the host."""
+
+    def __init__(
+        self, host: str, port: int, addresses: list[ResolvedAddress], timeout: float
+    ) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._addresses = addresses
+
+    def connect(self) -> None:
+        self.sock = _open_socket(self._addresses, self.timeout)
+
+
+class _TlsConnection(http.client.HTTPSConnection):
+    """HTTPS to the checked addresses of its host; the server name (SNI, certificate check)
+    and the Host header are the host's."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        addresses: list[ResolvedAddress],
+        timeout: float,
+        context: ssl.SSLContext,
+    ) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._addresses = addresses
+        self._tls_context = context
+
+    def connect(self) -> None:
+        plain = _open_socket(self._addresses, self.timeout)
+        try:
+            self.sock = self._tls_context.wrap_socket(plain, server_hostname=self.host)
+        except BaseException:
+            plain.close()
+            raise
+
+
+def _open_socket(addresses: list[ResolvedAddress], timeout: float | None) -> socket.socket:
+    """A TCP connection to the first of ``addresses`` that answers (as
+    ``socket.create_connection`` tries a name's addresses)."""
+    failure: OSError | None = None
+    for address in addresses:
+        sock = socket.socket(address.family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.connect(address.sockaddr)
+            return sock
+        except OSError as error:
+            sock.close()
+            failure = error
+    raise failure or OSError("no address to connect to")
 
 
 def _authorization(

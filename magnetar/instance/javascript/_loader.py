@@ -21,6 +21,7 @@ from magnetar.instance.javascript._executor import ScriptExecutor
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import SecretsProvider
 from magnetar.instance.state import StateStore, UnconfiguredStateStore
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from magnetar.topics import full_topic_name
 
 __all__ = ["check_script", "check_script_file", "open_executor", "script_limits"]
@@ -72,13 +73,15 @@ def open_executor(
     logger: logging.Logger,
     secrets_provider: SecretsProvider,
     stop_on_error: bool,
+    url_hosts: UrlHostRule = PUBLIC_HOSTS,
 ) -> ScriptExecutor:
-    """The executor of one instance: its script loaded in a V8 context of its own."""
+    """The executor of one instance: its script loaded in a V8 context of its own;
+    ``url_hosts``: where its URL bindings may connect (the worker's rule)."""
     if not config.js:
         raise FunctionLoadError(f"function {config.fqfn} has no code: set js (--js)")
     timeout_ms, memory = script_limits(config)
     urls = (
-        UrlClient(config.url_bindings, config.secrets, secrets_provider)
+        UrlClient(config.url_bindings, config.secrets, secrets_provider, url_hosts)
         if config.url_bindings
         else None
     )
