@@ -1,11 +1,13 @@
 """URL bindings: the HTTP endpoints a JavaScript function may reach with ``curl()``, after
 Couchbase Eventing's URL aliases.
 
-The operator declares them in the function's config (``urlBindings``): an alias, a base URL,
-the authentication and a time limit. Credentials are never in the config itself (a tenant's
-users read it, and the status shows it): ``auth.secret`` names one of the function's
-``secrets``, whose value the secrets provider gives the instance. A request reaches only URLs
-under its binding's base URL: same scheme, host and port, a path under the base path.
+The function's author declares them in its config (``urlBindings``): an alias, a base URL,
+the authentication and a time limit; where they may point is the worker operator's rule
+(``url_binding_hosts``, see ``magnetar.instance.url_hosts``). Credentials are never in the
+config itself (a tenant's users read it, and the status shows it): ``auth.secret`` names one
+of the function's ``secrets``, whose value the secrets provider gives the instance. A request
+reaches only URLs under its binding's base URL: same scheme, host and port, a path under
+the base path.
 """
 
 from __future__ import annotations

@@ -166,6 +166,8 @@ def test_word_count_with_counters_on_a_worker(
 def test_url_bindings_over_rest_reach_the_endpoint_and_bad_ones_are_a_400(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
+    # the operator lets bindings reach the test's server (127.0.0.1) as well as public hosts
+    cluster.env["MAGNETAR_URL_BINDING_HOSTS"] = "public,127.0.0.1"
     worker = cluster.start_worker("w1")
     topic = f"js-curl-{uuid.uuid4().hex[:6]}"
     source = b"function process(input) { return curl('GET', api, {path: input}).body.path; }"
@@ -202,6 +204,11 @@ def test_url_bindings_over_rest_reach_the_endpoint_and_bad_ones_are_a_400(
         ([{**binding, "auth": {"type": "oauth"}}], "auth.type 'oauth' is not supported"),
         ([{**binding, "auth": {"type": "bearer"}}], "bearer authentication needs secret"),
         ([binding, binding], "urlBindings[1].alias 'api' is declared twice"),
+        (
+            [{"alias": "api", "url": "http://10.0.0.7/"}],
+            "urlBindings[0] (api, http://10.0.0.7/): host 10.0.0.7 is a private address, which "
+            "the worker's url_binding_hosts (public, 127.0.0.1) does not allow",
+        ),
     ]
     for bindings, reason in bad:
         answer = create_js(
@@ -223,3 +230,15 @@ def test_url_bindings_over_rest_reach_the_endpoint_and_bad_ones_are_a_400(
     )
     assert updated.status_code == 400
     assert "urlBindings[1].alias 'api' is declared twice" in updated.json()["reason"]
+    metadata = {"alias": "api", "url": "http://169.254.169.254/latest/meta-data"}
+    updated = httpx.put(
+        f"{worker.url}/admin/v3/functions/public/default/curl-js",
+        data={"functionConfig": json.dumps({"urlBindings": [metadata]})},
+        timeout=30,
+    )
+    assert updated.status_code == 400
+    assert updated.json()["reason"] == (
+        "urlBindings[0] (api, http://169.254.169.254/latest/meta-data): host 169.254.169.254 is "
+        "a link-local (cloud metadata) address, which the worker's url_binding_hosts (public, "
+        "127.0.0.1) does not allow; the worker's operator decides where URL bindings may point"
+    )
