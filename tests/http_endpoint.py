@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -88,21 +89,24 @@ class _Handler(BaseHTTPRequestHandler):
 @dataclass
 class Server:
     base: str
-    """``http://127.0.0.1:PORT``."""
+    """``http://127.0.0.1:PORT`` (``https://`` with TLS)."""
     seen: Seen
 
 
 @contextlib.contextmanager
-def http_endpoint() -> Iterator[Server]:
-    """Serve on a free port of 127.0.0.1 until the block ends."""
+def http_endpoint(tls: ssl.SSLContext | None = None) -> Iterator[Server]:
+    """Serve on a free port of 127.0.0.1 until the block ends; HTTPS with ``tls``."""
     seen = Seen()
     handler = type("Handler", (_Handler,), {"seen": seen})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", seen)
+        scheme = "https" if tls is not None else "http"
+        yield Server(f"{scheme}://127.0.0.1:{httpd.server_address[1]}", seen)
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -3,13 +3,24 @@ update, the address a name resolves to at each request, and the setting itself."
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
+import json
 import re
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
+from magnetar.instance.javascript._curl import UrlClient
+from magnetar.instance.secrets import ClearTextSecretsProvider
+from magnetar.instance.url_bindings import UrlBinding
 from magnetar.instance.url_hosts import (
     ANY_HOST,
     PUBLIC_HOSTS,
@@ -21,6 +32,9 @@ from magnetar.worker.config import load_worker_config
 from magnetar.worker.exceptions import WorkerConfigError
 from tests.http_endpoint import Server, http_endpoint
 from tests.unit.test_javascript import executor, outputs
+
+LOCAL = UrlHostRule(("public", "127.0.0.1"))
+"""A worker's setting that lets bindings reach the test's servers (on 127.0.0.1)."""
 
 
 @pytest.fixture
@@ -177,3 +191,58 @@ def test_a_request_goes_only_to_an_allowed_address_with_the_name_as_host(
         assert outputs(allowed, ["x"]) == [f"localhost:{port}"]
         allowed.close()
     assert server.seen.paths() == ["/api/x", "/api/x"]
+
+
+def test_https_to_the_checked_address_verifies_the_host_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = self_signed(tmp_path, "localhost")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts it
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with http_endpoint(context) as server:
+        port = server.base.rpartition(":")[2]
+
+        def get(url: str) -> dict[str, Any]:
+            binding = UrlBinding(alias="api", url=url)
+            client = UrlClient([binding], {}, ClearTextSecretsProvider(), LOCAL)
+            return client.answer({"method": "GET", "binding": "api", "path": "x"})
+
+        # connected to 127.0.0.1, the certificate is checked for localhost, the Host header
+        # names it
+        answer = get(f"https://localhost:{port}/api")
+        assert answer["status"] == 200
+        assert json.loads(answer["body"])["host"] == f"localhost:{port}"
+        # the same server by its address: the certificate is not 127.0.0.1's
+        assert get(f"https://127.0.0.1:{port}/api")["error"] == (
+            f"curl GET api x: TLS with 127.0.0.1:{port} failed: CERTIFICATE_VERIFY_FAILED"
+        )
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for ``name`` and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
