@@ -43,6 +43,11 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _PUBLIC = "public"
 _ANY = "*"
 _NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+_PRIVATE = tuple(
+    ipaddress.ip_network(network)
+    for network in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+)
+"""RFC 1918 and unique local addresses (``is_private`` holds more: documentation, ...)."""
 _METADATA = (ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254"))
 _SETTING = "url_binding_hosts"
 """The worker setting the rule comes from (named in refusals)."""
@@ -142,6 +147,8 @@ class UrlHostRule:
         if self._any or self._trusts(host):
             return found
         allowed = [item for item in found if self.allows_address(_address_of(item))]
+        if not found:
+            raise UrlHostRefusedError(f"host {host} resolves to no IP address")
         if not allowed:
             refused = _address_of(found[0])
             raise UrlHostRefusedError(
@@ -169,12 +176,7 @@ def address_kind(address: IpAddress) -> str:
         return "link-local (cloud metadata)" if address in _METADATA else "link-local"
     if address.is_multicast:
         return "multicast"
-    if address.is_private and (
-        address in ipaddress.ip_network("10.0.0.0/8")
-        or address in ipaddress.ip_network("172.16.0.0/12")
-        or address in ipaddress.ip_network("192.168.0.0/16")
-        or address in ipaddress.ip_network("fc00::/7")
-    ):
+    if any(address in network for network in _PRIVATE):
         return "private"
     return "public" if address.is_global else "special-purpose"
 
