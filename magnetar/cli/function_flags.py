@@ -116,6 +116,11 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--secrets", help="JSON map of secret name to what the secrets provider reads."
         ),
+        click.option(
+            "--url-bindings",
+            help="JavaScript: JSON list of the HTTP endpoints curl() may call (alias, url, "
+            "auth, timeoutMs, maxResponseBytes).",
+        ),
         click.option("--subs-name", "sub_name", help="Subscription name [default: the FQFN]."),
         click.option(
             "--subs-position",
@@ -233,6 +238,7 @@ _JSON_FLAGS = {
     "custom_schema_outputs": "--custom-schema-outputs",
     "input_specs": "--input-specs",
     "producer_config": "--producer-config",
+    "url_bindings": "--url-bindings",
 }
 _BOOL_FLAGS = {
     "auto_ack": "--auto-ack",

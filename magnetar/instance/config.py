@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from magnetar.instance.exceptions import InvalidFunctionConfigError
+from magnetar.instance.url_bindings import UrlBinding, check_url_bindings
 from magnetar.instance.windowing.config import WindowConfig
 from magnetar.topics import base_topic, full_topic_name
 
@@ -201,6 +202,9 @@ class FunctionConfig(_Model):
     max_pending_async_requests: int | None = Field(default=None, ge=1)
     """Most invocations of an ``async def process`` in flight at once (default 1000)."""
     skip_to_latest: bool | None = None
+    url_bindings: list[UrlBinding] = Field(default_factory=list)
+    """The HTTP endpoints a JavaScript function may call with ``curl()`` (Magnetar's, after
+    Couchbase Eventing's URL bindings; see ``magnetar.instance.url_bindings``)."""
     """On every start of an instance, skip what arrived while it was not running."""
     jar: str | None = None
     """A Java function's jar: refused (Magnetar runs Python and JavaScript)."""
@@ -542,6 +546,7 @@ def _validate_code(config: FunctionConfig) -> None:
                     f"{field} is {serde!r}, but a JavaScript function reads and writes "
                     f"'string' (the default) or 'json'"
                 )
+        check_url_bindings(config.url_bindings, config.secrets)
         ram = (config.resources or {}).get("ram")
         if ram is not None and (isinstance(ram, bool) or not isinstance(ram, int) or ram <= 0):
             raise ValueError(f"resources.ram must be a positive number of bytes, not {ram!r}")
@@ -549,4 +554,9 @@ def _validate_code(config: FunctionConfig) -> None:
         raise ValueError(
             "js is set but runtime is PYTHON: a JavaScript function needs runtime JAVASCRIPT "
             "(or no runtime at all); a Python function's code goes in py (--py)"
+        )
+    elif config.url_bindings:
+        raise ValueError(
+            "urlBindings are for JavaScript functions (curl()); a Python function makes its "
+            "HTTP requests itself"
         )

@@ -370,6 +370,7 @@ class FunctionInstance:
             logger,
             secrets,
             stop_on_error=stop_on_error and acking.after_processing,
+            url_hosts=self.options.url_hosts,
         )
         return ScriptRunner(
             script,

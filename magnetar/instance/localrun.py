@@ -33,6 +33,7 @@ from magnetar.instance.process import (
     signals_blocked,
 )
 from magnetar.instance.secrets import load_secrets_provider
+from magnetar.instance.url_hosts import ANY_HOST
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.statestore import StateOptions, instance_state_dir
 
@@ -124,6 +125,8 @@ class LocalRun:
                     connection=self._connection,
                     secrets_provider_classname=classname,
                     secrets_provider_config=provider_config,
+                    # the user's own code on the user's own machine: any host
+                    url_hosts=ANY_HOST,
                 )
                 child = context.Process(
                     target=run_instance_process,

@@ -8,6 +8,7 @@ from typing import Any
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 
 __all__ = ["InstanceOptions"]
 
@@ -71,3 +72,6 @@ class InstanceOptions:
     in user code: each death is a failure of the message (retried, then dead-lettered)."""
     publish_policy: PublishPolicy = ANYWHERE
     """Where ``context.publish`` may reach (see ``publish_policy``); anywhere by default."""
+    url_hosts: UrlHostRule = PUBLIC_HOSTS
+    """Where a JavaScript function's URL bindings may connect (the worker's
+    ``url_binding_hosts``, see ``url_hosts``); public hosts only by default."""

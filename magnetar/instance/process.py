@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 
 if TYPE_CHECKING:
     import pulsar
@@ -93,6 +94,8 @@ class InstanceProcessSpec:
     runtime before this runs); None: the starter's user, the code unpacked beside it."""
     publish_policy: PublishPolicy = ANYWHERE
     """Where ``context.publish`` may reach."""
+    url_hosts: UrlHostRule = PUBLIC_HOSTS
+    """Where the function's URL bindings may connect."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,7 @@ def run_instance_process(
             in_flight_path=spec.in_flight_path,
             earlier_crashes=spec.earlier_crashes,
             publish_policy=spec.publish_policy,
+            url_hosts=spec.url_hosts,
             # asked of the broker only where it matters (a connection's round trip)
             broker_may_deduplicate=(
                 may_deduplicate(spec.broker_url)

@@ -8,6 +8,8 @@ request or package stops the cluster.
   ``max_parallelism``; Java's int and long ranges where Pulsar's fields are ints and longs.
 * Capacity: the functions' parallelism together stays within ``max_instances_per_worker``
   times the live workers.
+* URL bindings: each binding's host within ``url_binding_hosts`` (``magnetar.instance.
+  url_hosts``; the instance checks again what each name resolves to, at every request).
 * Packages: a ``.zip`` or ``.whl`` is checked by its directory against the archive limits
   (``magnetar.instance.archive``; the instance enforces them again while unpacking).
 
@@ -27,10 +29,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
+from urllib.parse import urlsplit
 
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits, check_archive
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError, InvalidFunctionConfigError
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRefusedError, UrlHostRule
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.exceptions import AdmissionError, PackageError
 from magnetar.worker.metadata import FunctionRecord
@@ -61,6 +65,7 @@ class AdmissionLimits:
     max_instances_per_worker: int = 100
     max_name_length: int = 64
     archive: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS
+    url_hosts: UrlHostRule = PUBLIC_HOSTS
 
     @classmethod
     def of(cls, config: WorkerConfig) -> AdmissionLimits:
@@ -74,6 +79,7 @@ class AdmissionLimits:
                 max_entries=config.max_package_entries,
                 max_compression_ratio=config.max_package_compression_ratio,
             ),
+            url_hosts=UrlHostRule(config.url_binding_hosts),
         )
 
 
@@ -118,7 +124,19 @@ class Admission:
                 f"{self.limits.max_parallelism} instances per function (max_parallelism)"
             )
         _check_ranges(parsed)
+        self._check_url_hosts(parsed)
         return parsed
+
+    def _check_url_hosts(self, config: FunctionConfig) -> None:
+        """Each URL binding's host within the worker's ``url_binding_hosts``."""
+        for index, binding in enumerate(config.url_bindings):
+            try:
+                self.limits.url_hosts.check_binding(urlsplit(binding.url).hostname or "")
+            except UrlHostRefusedError as error:
+                raise AdmissionError(
+                    f"urlBindings[{index}] ({binding.alias}, {binding.url}): {error}; the "
+                    "worker's operator decides where URL bindings may point"
+                ) from None
 
     def check_capacity(
         self,

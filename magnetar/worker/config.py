@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from magnetar.client import Connection
+from magnetar.instance.url_hosts import UrlHostRule
 from magnetar.worker.exceptions import WorkerConfigError
 from magnetar.worker.isolation import parse_uid_range
 
@@ -132,6 +133,15 @@ class WorkerConfig(BaseModel):
     max_instances_per_worker: int = Field(default=100, ge=1)
     """Instances the cluster may hold per live worker: a register or update that would take
     the functions' parallelism together past this times the live workers is refused."""
+    url_binding_hosts: tuple[str, ...] = ("public",)
+    """Where JavaScript functions' URL bindings (``curl()``) may point, which their authors
+    declare: ``public`` (any host whose address is public), host names (``api.example.com``),
+    ``*.example.com`` (the names under it), IP addresses and ranges (``10.0.0.0/8``,
+    ``fd00::/8``), ``*`` (anything); comma-separated in the environment. Loopback,
+    link-local (the cloud's metadata service), private and other special-purpose addresses
+    are refused unless a listed range holds them; a listed name may resolve to any address.
+    Checked at create and update, and by the instance against the address each name
+    resolves to (see ``magnetar.instance.url_hosts``)."""
     max_name_length: int = Field(default=64, ge=1)
     """Longest tenant, namespace or function name a function is registered with (names end
     up in file and topic names)."""
@@ -171,6 +181,19 @@ class WorkerConfig(BaseModel):
         return (
             [r.strip() for r in value.split(",") if r.strip()] if isinstance(value, str) else value
         )
+
+    @field_validator("url_binding_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        return (
+            [h.strip() for h in value.split(",") if h.strip()] if isinstance(value, str) else value
+        )
+
+    @field_validator("url_binding_hosts")
+    @classmethod
+    def _check_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        UrlHostRule(value)  # ValueError naming the entry that is none of the kinds
+        return value
 
     @field_validator("tenant_admin_roles", mode="before")
     @classmethod

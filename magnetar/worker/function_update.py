@@ -34,6 +34,7 @@ _REPLACED_WHEN_GIVEN = (
     "cleanupSubscription",
     "producerConfig",
     "windowConfig",
+    "urlBindings",
 )
 """Replaced by any value but null."""
 _REPLACED_WHEN_NOT_BLANK = ("runtimeFlags", "customRuntimeOptions")

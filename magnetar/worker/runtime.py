@@ -58,6 +58,7 @@ from magnetar.instance.metrics import MetricsSnapshot
 from magnetar.instance.privileges import drop_privileges, instance_environment
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
 from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
 from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.model import instance_key
@@ -512,6 +513,7 @@ class ProcessRuntime:
         logs: InstanceLogs | None = None,
         isolation: InstanceIsolation | None = None,
         preconnect: bool = True,
+        url_hosts: UrlHostRule = PUBLIC_HOSTS,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
         ``archive_limits``: how much a code package may unpack to; ``ram_bytes``: the memory
@@ -519,7 +521,8 @@ class ProcessRuntime:
         instance logs (None: to the worker's stderr); ``isolation``: run each instance as a
         user of its own, in a directory of its own (the worker must be root); ``preconnect``:
         warm processes connect to the broker before they know their instance (only without
-        credentials: with authentication on, an instance connects with its function's)."""
+        credentials: with authentication on, an instance connects with its function's);
+        ``url_hosts``: where URL bindings may connect."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -532,6 +535,7 @@ class ProcessRuntime:
         self.logs = logs
         self.isolation = isolation
         self.preconnect = preconnect
+        self.url_hosts = url_hosts
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -599,6 +603,7 @@ class ProcessRuntime:
             connection=spec.connection,
             user=user,
             publish_policy=spec.publish_policy,
+            url_hosts=self.url_hosts,
             archive_limits=self.archive_limits,
             # an isolated instance writes only inside its own directory
             in_flight_path=str(
@@ -763,11 +768,13 @@ class ThreadRuntime:
         worker_id: str,
         state: StateLayout | None = None,
         archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
+        url_hosts: UrlHostRule = PUBLIC_HOSTS,
     ) -> None:
         self.client = client
         self.worker_id = worker_id
         self.state = state
         self.archive_limits = archive_limits
+        self.url_hosts = url_hosts
 
     def prepare(self) -> None:
         """Nothing to prepare: a thread starts at once."""
@@ -790,6 +797,7 @@ class ThreadRuntime:
             function_version=str(spec.version),
             archive_limits=self.archive_limits,
             publish_policy=spec.publish_policy,
+            url_hosts=self.url_hosts,
         )
         state = None
         if self.state is not None:
@@ -824,11 +832,12 @@ def make_runtime(
     logs: InstanceLogs | None = None,
     isolation: InstanceIsolation | None = None,
     preconnect: bool = True,
+    url_hosts: UrlHostRule = PUBLIC_HOSTS,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``, ``archive_limits``, ``ram_bytes``,
-    ``logs``, ``isolation`` and ``preconnect``: see ``ProcessRuntime`` (the thread runtime
-    cannot isolate: it refuses ``isolation``)."""
+    ``logs``, ``isolation``, ``preconnect`` and ``url_hosts``: see ``ProcessRuntime`` (the
+    thread runtime cannot isolate: it refuses ``isolation``)."""
     if name == "process":
         return ProcessRuntime(
             broker_url,
@@ -841,6 +850,7 @@ def make_runtime(
             logs,
             isolation,
             preconnect,
+            url_hosts,
         )
     if isolation is not None:
         raise ValueError(
@@ -850,5 +860,5 @@ def make_runtime(
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")
-        return ThreadRuntime(client, worker_id, state, archive_limits)
+        return ThreadRuntime(client, worker_id, state, archive_limits, url_hosts)
     raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(RUNTIMES)}")

@@ -172,6 +172,7 @@ class WorkerService:
             state=StateLayout(state_root, config.system_namespace),
             warm=config.warm_instances,
             archive_limits=admission.limits.archive,
+            url_hosts=admission.limits.url_hosts,
             ram_bytes=config.instance_ram_bytes,
             logs=logs,
             isolation=self.isolation,

@@ -13,6 +13,7 @@ import pulsar
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_cluster import running
+from tests.http_endpoint import http_endpoint
 from tests.integration.conftest import collect, produce, values
 
 
@@ -160,3 +161,84 @@ def test_word_count_with_counters_on_a_worker(
         return found
 
     wait_until(lambda: counts() == dict(expected), 30, "exact counts in the state store")
+
+
+def test_url_bindings_over_rest_reach_the_endpoint_and_bad_ones_are_a_400(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    # the operator lets bindings reach the test's server (127.0.0.1) as well as public hosts
+    cluster.env["MAGNETAR_URL_BINDING_HOSTS"] = "public,127.0.0.1"
+    worker = cluster.start_worker("w1")
+    topic = f"js-curl-{uuid.uuid4().hex[:6]}"
+    source = b"function process(input) { return curl('GET', api, {path: input}).body.path; }"
+    with http_endpoint() as endpoint:
+        binding = {
+            "alias": "api",
+            "url": f"{endpoint.base}/api",
+            "auth": {"type": "bearer", "secret": "apiToken"},
+            "timeoutMs": 2000,
+        }
+        created = create_js(
+            cluster,
+            worker,
+            "curl-js",
+            source,
+            "curl.js",
+            inputs=[topic],
+            output=f"{topic}-out",
+            secrets={"apiToken": "t0ken"},
+            urlBindings=[binding],
+            subscriptionPosition="Earliest",
+        )
+        assert created.status_code == 204, created.text
+        config = cluster.get(worker, "/admin/v3/functions/public/default/curl-js")
+        assert config["urlBindings"] == [binding]  # names the secret, never its value
+        assert config["secrets"] == {"apiToken": "******"}
+        wait_until(lambda: running(cluster, worker, "curl-js") == 1, 30, "instance running")
+        produce(cluster_client, topic, ["one", "two"])
+        answers = values(collect(cluster_client, f"{topic}-out", 2, timeout=30))
+        assert sorted(answers) == ["/api/one", "/api/two"]
+        assert {r["authorization"] for r in endpoint.seen.requests} == {"Bearer t0ken"}
+    bad = [
+        ([{"alias": "api", "url": "file:///etc/passwd"}], "must be an http:// or https:// URL"),
+        ([{**binding, "auth": {"type": "oauth"}}], "auth.type 'oauth' is not supported"),
+        ([{**binding, "auth": {"type": "bearer"}}], "bearer authentication needs secret"),
+        ([binding, binding], "urlBindings[1].alias 'api' is declared twice"),
+        (
+            [{"alias": "api", "url": "http://10.0.0.7/"}],
+            "urlBindings[0] (api, http://10.0.0.7/): host 10.0.0.7 is a private address, which "
+            "the worker's url_binding_hosts (public, 127.0.0.1) does not allow",
+        ),
+    ]
+    for bindings, reason in bad:
+        answer = create_js(
+            cluster,
+            worker,
+            "curl-bad",
+            source,
+            "curl.js",
+            inputs=["in"],
+            secrets={"apiToken": "t0ken"},
+            urlBindings=bindings,
+        )
+        assert answer.status_code == 400, answer.text
+        assert reason in answer.json()["reason"]
+    updated = httpx.put(
+        f"{worker.url}/admin/v3/functions/public/default/curl-js",
+        data={"functionConfig": json.dumps({"urlBindings": [binding, binding]})},
+        timeout=30,
+    )
+    assert updated.status_code == 400
+    assert "urlBindings[1].alias 'api' is declared twice" in updated.json()["reason"]
+    metadata = {"alias": "api", "url": "http://169.254.169.254/latest/meta-data"}
+    updated = httpx.put(
+        f"{worker.url}/admin/v3/functions/public/default/curl-js",
+        data={"functionConfig": json.dumps({"urlBindings": [metadata]})},
+        timeout=30,
+    )
+    assert updated.status_code == 400
+    assert updated.json()["reason"] == (
+        "urlBindings[0] (api, http://169.254.169.254/latest/meta-data): host 169.254.169.254 is "
+        "a link-local (cloud metadata) address, which the worker's url_binding_hosts (public, "
+        "127.0.0.1) does not allow; the worker's operator decides where URL bindings may point"
+    )

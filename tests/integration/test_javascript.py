@@ -17,6 +17,7 @@ import pytest
 from magnetar.instance import FunctionConfig, FunctionInstance, FunctionLoadError, InstanceOptions
 from magnetar.statestore import JournaledStateStore, StateOptions
 from tests.conftest import EXAMPLES
+from tests.http_endpoint import http_endpoint
 from tests.integration.conftest import RunFunction, collect, produce, values, wait_for
 from tests.integration.test_localrun_cli import LocalRunProcess, run_cli
 
@@ -580,6 +581,32 @@ def test_localrun_json_transform_user_config_and_errors_in_status(
     errors = [e["exceptionString"] for e in status["latestUserExceptions"]]
     assert errors[0].startswith("RangeError: negative amount -1\n    at process (")
     assert errors[1] == "the function ran longer than its timeout of 300 ms"
+
+
+def test_localrun_lets_url_bindings_reach_any_host(
+    localrun_js: Callable[..., LocalRunProcess], client: pulsar.Client, topic: str, script: Script
+) -> None:
+    # the user's own code on the user's own machine: a service on localhost is reachable
+    # without any setting (a worker's default refuses loopback addresses)
+    path = script("function process(input) { return curl('GET', api, {path: input}).body.path; }")
+    with http_endpoint() as server:
+        run = localrun_js(
+            "--js",
+            path,
+            "--inputs",
+            topic,
+            "--output",
+            f"{topic}-out",
+            "--url-bindings",
+            json.dumps([{"alias": "api", "url": f"{server.base}/api"}]),
+            "--subs-position",
+            "Earliest",
+        )
+        run.wait_for_stderr("Running public/default/")
+        produce(client, topic, ["a", "b"])
+        assert values(collect(client, f"{topic}-out", 2)) == ["/api/a", "/api/b"]
+        code, _ = run.interrupt(signal.SIGINT)
+    assert code == 0
 
 
 def test_localrun_reports_a_syntax_error_and_exits_non_zero(

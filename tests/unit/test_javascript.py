@@ -21,6 +21,7 @@ from magnetar.instance.javascript import ScriptExecutor, check_script, open_exec
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import ClearTextSecretsProvider
 from magnetar.instance.state import StateStore, UnconfiguredStateStore
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from tests.conftest import EXAMPLES
 
 # --- FunctionConfig -----------------------------------------------------------------------
@@ -210,6 +211,7 @@ def executor(
     source: str,
     state: StateStore | None = None,
     stop_on_error: bool = False,
+    url_hosts: UrlHostRule = PUBLIC_HOSTS,
     **fields: Any,
 ) -> ScriptExecutor:
     path = tmp_path / "fn.js"
@@ -223,6 +225,7 @@ def executor(
         logging.getLogger("test.js"),
         ClearTextSecretsProvider(),
         stop_on_error,
+        url_hosts,
     )
 
 

@@ -221,3 +221,34 @@ def test_bad_records_stop_no_other_function(cluster: InProcessCluster) -> None:
         call(cluster, "DELETE", f"{FUNCTIONS}/healthy")
         for name in ("legacy", "huge"):
             assert call(cluster, "DELETE", f"{FUNCTIONS}/{name}").status_code == 204
+
+
+SCRIPT = ("fn.js", b"function process(input) { return input; }")
+
+
+def with_binding(url: str) -> dict[str, Any]:
+    return {"className": "process", "urlBindings": [{"alias": "api", "url": url}]}
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "kind"),
+    [
+        ("http://127.0.0.1:8080/admin/v2", "127.0.0.1", "a loopback address"),
+        (
+            "http://169.254.169.254/latest",
+            "169.254.169.254",
+            "a link-local (cloud metadata) address",
+        ),
+        ("http://[::1]:6650/", "::1", "a loopback address"),
+        ("https://10.0.0.7/api", "10.0.0.7", "a private address"),
+    ],
+)
+def test_url_bindings_to_internal_addresses_are_refused_by_default(
+    cluster: InProcessCluster, url: str, host: str, kind: str
+) -> None:
+    assert refused(register(cluster, "curl-in", SCRIPT, **with_binding(url))) == (
+        f"urlBindings[0] (api, {url}): host {host} is {kind}, which the worker's "
+        "url_binding_hosts (public) does not allow; the worker's operator decides where URL "
+        "bindings may point"
+    )
+    assert call(cluster, "GET", f"{FUNCTIONS}/curl-in").status_code == 404

@@ -33,6 +33,7 @@ from py_mini_racer import (
 )
 
 from magnetar.instance.exceptions import FunctionLoadError, InstanceError
+from magnetar.instance.javascript._curl import CURL_RUNTIME
 from magnetar.instance.javascript._prelude import PRELUDE, RUNTIME_GLOBAL
 
 __all__ = [
@@ -96,6 +97,7 @@ class ScriptEngine:
         try:
             self._racer.set_hard_memory_limit(memory_limit_bytes)
             self._eval(PRELUDE)
+            self._eval(CURL_RUNTIME)
             before = set(self._global_names())
             self._run_top_level(source, timeout_ms)
             self.load_logs = self._bind(function_name or "process", settings, before)

@@ -27,6 +27,8 @@ Guarantees kept while batching:
   the instance has handled every outcome before the message that wants it (so the read sees
   their writes); that message then runs again in V8, and only the run that completes has
   effects. A message may therefore run more than once, once per new key it reads.
+* HTTP requests (``curl``, see ``_curl``) are fetched the same way, at the same point; their
+  answers go with every call that begins at that message, so each is sent once.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.instance.exceptions import InstanceError
+from magnetar.instance.javascript._curl import FETCH_KIND, UrlClient
 from magnetar.instance.javascript._engine import Interruption, ScriptEngine
 from magnetar.instance.javascript._prelude import RUNTIME_GLOBAL
 from magnetar.instance.metrics import InstanceMetrics
@@ -93,8 +96,11 @@ class ScriptExecutor:
         timeout_ms: int,
         stop_on_error: bool,
         with_metadata: bool = True,
+        urls: UrlClient | None = None,
     ) -> None:
         self.engine = engine
+        self.urls = urls
+        """Sends the script's ``curl`` requests (None: the function has no URL bindings)."""
         self.state = state
         self.metrics = metrics
         self.logger = logger
@@ -183,7 +189,11 @@ class ScriptRun(Iterator[ScriptOutcome]):
         """Index of the input whose outcome is handed out next."""
         self._start = 0
         """Index of the input the next call into V8 begins with."""
-        self._need: list[str] | None = None
+        self._need: list[Any] | None = None
+        self._answers: tuple[int, list[dict[str, Any]]] | None = None
+        """The answers to the requests of the input at that index (see ``_curl``)."""
+        self._requests_s = 0.0
+        """Time spent in requests not yet counted in the latency of an outcome."""
         self._forget = False
         """The next call must drop what V8 knows of the state (``discard``)."""
         self._stopped = False
@@ -213,7 +223,7 @@ class ScriptRun(Iterator[ScriptOutcome]):
     def _call(self) -> None:
         """One call into V8 from input ``_start``; queues what it found out."""
         executor = self._executor
-        fetched = "[]"
+        fetched: list[Any] = []
         if self._need is not None:
             # every outcome before this input has been handled: the read sees its writes
             kind, key = self._need
@@ -222,15 +232,20 @@ class ScriptRun(Iterator[ScriptOutcome]):
                 executor.with_metadata = True
                 self._metadata = executor.metadata(self._messages)
                 return self._call()
-            try:
-                fetched = json.dumps([_read(executor.state, kind, key)])
-            except Exception as error:  # what a Python function's context would have raised
-                self._queue.append(
-                    ScriptOutcome(error=f"reading state key {key!r} failed: {_describe(error)}")
-                )
-                self._start += 1
-                return
-        answer, reply, elapsed = self._eval(fetched)
+            if kind == FETCH_KIND:
+                self._request(key)
+            else:
+                try:
+                    fetched.append(_read(executor.state, kind, key))
+                except Exception as error:  # what a Python function's context would raise
+                    self._queue.append(
+                        ScriptOutcome(error=f"reading state key {key!r} failed: {_describe(error)}")
+                    )
+                    self._start += 1
+                    return
+        if self._answers is not None and self._answers[0] == self._start:
+            fetched.append([FETCH_KIND, *self._answers])
+        answer, reply, elapsed = self._eval(json.dumps(fetched) if fetched else "[]")
         self._batch, self._metadata, self._forget = None, None, False
         results = reply["r"]
         self._queue.extend(results)
@@ -248,7 +263,21 @@ class ScriptRun(Iterator[ScriptOutcome]):
             executor.log_effects(reply["logs"])
             self._queue.append(ScriptOutcome(error=self._interruption_error(answer)))
             self._start = at + 1
-        executor.record_latency(elapsed, len(self._queue))
+        executor.record_latency(elapsed + self._requests_s, len(self._queue))
+        if self._queue:
+            self._requests_s = 0.0
+
+    def _request(self, spec: dict[str, Any]) -> None:
+        """Send the request ``curl`` made in the input at ``_start``; its answer goes with
+        every call that begins at that input."""
+        if self._answers is None or self._answers[0] != self._start:
+            self._answers = (self._start, [])
+        urls = self._executor.urls
+        started = time.perf_counter()
+        self._answers[1].append(
+            urls.answer(spec) if urls else {"error": "curl: this function has no URL bindings"}
+        )
+        self._requests_s += time.perf_counter() - started
 
     def _eval(self, fetched: str) -> tuple[str | Interruption, dict[str, Any], float]:
         executor = self._executor

@@ -11,6 +11,7 @@ from typing import Any
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
+from magnetar.instance.javascript._curl import UrlClient
 from magnetar.instance.javascript._engine import (
     DEFAULT_MEMORY_LIMIT_BYTES,
     DEFAULT_TIMEOUT_MS,
@@ -21,6 +22,7 @@ from magnetar.instance.javascript._executor import ScriptExecutor
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import SecretsProvider
 from magnetar.instance.state import StateStore, UnconfiguredStateStore
+from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from magnetar.topics import full_topic_name
 
 __all__ = ["check_script", "check_script_file", "open_executor", "script_limits"]
@@ -78,11 +80,18 @@ def open_executor(
     logger: logging.Logger,
     secrets_provider: SecretsProvider,
     stop_on_error: bool,
+    url_hosts: UrlHostRule = PUBLIC_HOSTS,
 ) -> ScriptExecutor:
-    """The executor of one instance: its script loaded in a V8 context of its own."""
+    """The executor of one instance: its script loaded in a V8 context of its own;
+    ``url_hosts``: where its URL bindings may connect (the worker's rule)."""
     if not config.js:
         raise FunctionLoadError(f"function {config.fqfn} has no code: set js (--js)")
     timeout_ms, memory = script_limits(config)
+    urls = (
+        UrlClient(config.url_bindings, config.secrets, secrets_provider, url_hosts)
+        if config.url_bindings
+        else None
+    )
     settings = {
         "name": config.name,
         "tenant": config.tenant,
@@ -103,6 +112,7 @@ def open_executor(
         ),
         "outputJson": config.output_serde_class_name == "json",
         "stopOnError": stop_on_error,
+        "urlBindings": urls.aliases if urls else [],
     }
     source = read_script(config.js)
     engine = ScriptEngine(
@@ -120,6 +130,7 @@ def open_executor(
         # metadata costs a few microseconds a message: sent up front only to scripts that
         # name a getter (others get it when they first ask, see the prelude)
         with_metadata=any(getter in source for getter in _METADATA_GETTERS),
+        urls=urls,
     )
 
 
@@ -148,4 +159,5 @@ def _settings_for_check() -> dict[str, Any]:
         "stateError": "",
         "outputJson": False,
         "stopOnError": False,
+        "urlBindings": [],
     }

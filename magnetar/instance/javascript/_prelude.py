@@ -51,6 +51,7 @@ PRELUDE = (
   let effects = null;
   let needKey = null;
   let orphanLogs = [];
+  const modules = new Map(); // fetch kind -> hooks of a runtime module (see extend)
   const counters = new Map();   // per batch: counter values known to equal the store's
   const values = new Map();
   const ownCounters = new Map(); // the current message's writes: {base, delta}
@@ -276,6 +277,7 @@ PRELUDE = (
       fn = userFunction;
       settings = deepFreeze(instanceSettings);
       userConfig = settings.userConfig;
+      for (const hooks of modules.values()) hooks.bind(settings);
       const logs = orphanLogs;
       orphanLogs = [];
       return stringify(logs);
@@ -287,7 +289,11 @@ PRELUDE = (
         counters.clear();
         values.clear();
       }
-      for (const [kind, key, value] of fetched) (kind === 'c' ? counters : values).set(key, value);
+      for (const hooks of modules.values()) hooks.call();
+      for (const [kind, key, value] of fetched) {
+        if (modules.has(kind)) modules.get(kind).fetched(key, value);
+        else (kind === 'c' ? counters : values).set(key, value);
+      }
       results = [];
       reply = null;
       call = callId; // last: a call stopped before this line reports the previous call
@@ -312,6 +318,18 @@ PRELUDE = (
       current = -1;
       effects = null;
       return stringify(state);
+    },
+    // A runtime module evaluated after the prelude (curl) adds a kind of fetch. Its hooks:
+    // bind(settings), call() at each call, fetched(key, value) for what Python sent it.
+    extend(kind, hooks) {
+      if (modules.has(kind) || ['c', 'v', 'm'].includes(kind) || fn !== null) {
+        throw new Error('the runtime cannot be extended with ' + kind + ' now');
+      }
+      modules.set(kind, hooks);
+      return Object.freeze({
+        need: (key) => need(kind, key),
+        message: () => (effects === null ? -1 : current), // the message being processed
+      });
     },
   });
 

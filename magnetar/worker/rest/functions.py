@@ -175,7 +175,11 @@ async def _package(
 
 def _with_code(config: dict[str, Any]) -> dict[str, Any]:
     """The config with a stand-in for its code file, to check it before the code arrives."""
-    javascript = config.get("js") or str(config.get("runtime", "")).upper() == "JAVASCRIPT"
+    javascript = (
+        config.get("js")
+        or str(config.get("runtime", "")).upper() == "JAVASCRIPT"
+        or config.get("urlBindings")  # only JavaScript functions have them
+    )
     field = "js" if javascript else "py"
     return {**config, field: config.get(field) or f"function.{field}"}
 
