@@ -50,6 +50,9 @@ from magnetar.instance.schemas import input_schema_serdes, output_schema_serde
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
+from magnetar.instance.timer_callbacks import PythonCallbacks, uses_timers
+from magnetar.instance.timer_runner import TimerRunner, dead_letter_payload, timer_properties
+from magnetar.instance.timers import Timer, Timers, TimerState
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.instance.windowing.runner import WindowRunner
 
@@ -122,6 +125,8 @@ class FunctionInstance:
         self._acknowledger: Acknowledger | None = None
         self._runner: Runner | None = None
         self._context: InstanceContext | None = None
+        self._timers: TimerRunner | None = None
+        self._output_serde: SerDe | None = None
         self.error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -241,6 +246,8 @@ class FunctionInstance:
             self._runner = self._python_runner(python, logger, secrets, retries, failures, acking)
         if isinstance(self._runner, WindowRunner):
             self._runner.open()
+        if self._timers is not None:
+            self._timers.open()
         inputs.subscribe()
 
     def _python_runner(
@@ -303,6 +310,7 @@ class FunctionInstance:
                 config.max_pending_async_requests or DEFAULT_MAX_PENDING,
                 config.timeout_ms,
             )
+        self._python_timers(python, context, failures, logger)
         return PythonRunner(
             Invoker(python.function, context, self.metrics, config.timeout_ms),
             python.input_serdes,
@@ -318,6 +326,67 @@ class FunctionInstance:
             InFlightRecord(options.in_flight_path),
             dict(options.earlier_crashes),
         )
+
+    def _python_timers(
+        self,
+        python: _PythonCode,
+        context: InstanceContext,
+        failures: FailureHandler,
+        logger: logging.Logger,
+    ) -> None:
+        """Timers for a (plain, not async or window) Python function with a state store."""
+        callbacks = PythonCallbacks(python.function)
+        context.timer_callback_name = callbacks.name
+        if not isinstance(self._state, TimerState):
+            return
+        timers = context.timers = Timers(self._state)
+
+        def fire(timer: Timer) -> Any:
+            context.set_message(None, "")
+            return callbacks.find(timer.callback)(timer.payload, context)
+
+        self._output_serde = python.output_serde
+        self._timers = self._timer_runner(timers, fire, logger, uses_timers(python.function))
+
+    def _timer_runner(
+        self,
+        timers: Timers,
+        fire: Callable[[Timer], Any],
+        logger: logging.Logger,
+        enabled: bool,
+    ) -> TimerRunner:
+        assert self._outputs is not None and self._journal is not None
+        config, options = self.config, self.options
+        dead_letters = DeadLetters(config, self._sender, self._outputs.producer)
+        return TimerRunner(
+            timers,
+            options.instance_id,
+            config.parallelism,
+            fire,
+            self._send_timer_result,
+            lambda chunk, timer: dead_letters.send_timer(
+                chunk, dead_letter_payload(timer), timer_properties(timer)
+            ),
+            self._journal.rollback,
+            self.metrics,
+            logger,
+            config.max_message_retries,
+            options.retry_delay_ms / 1000,
+            options.max_retry_delay_ms / 1000,
+            enabled,
+        )
+
+    def _send_timer_result(self, chunk: Chunk, timer: Timer, result: Any) -> None:
+        """A callback's result goes where ``process``'s go, with the timer's reference."""
+        assert self._outputs is not None
+        config = self.config
+        producer = self._outputs.output
+        if producer is None and config.output:
+            producer = self._outputs.producer(config.output)
+        if producer is None:
+            return
+        content = result if self._output_serde is None else self._output_serde.serialize(result)
+        self._sender.send(chunk, producer, content, {"properties": timer_properties(timer)})
 
     def _load_python(self) -> _PythonCode:
         """The Python function, the paths its code is imported from, and its SerDes."""
@@ -408,9 +477,13 @@ class FunctionInstance:
             if windows is not None:
                 self._feed_windows(windows, inputs, acknowledger)
             else:
-                received = inputs.receive(acknowledger.unacked > 0, runner.busy)
+                timers = self._timers
+                wake_in_s = timers.wake_in_s() if timers is not None else None
+                received = inputs.receive(acknowledger.unacked > 0, runner.busy, wake_in_s)
                 if received or runner.busy:
                     self._process_chunk(received)
+                if timers is not None and timers.due():
+                    self._fire_timers(timers)
                 if len(received) < options.max_chunk and self._flush_when_idle:
                     # no more input ready: send the open batches now, not after their delay
                     self._sender.flush()
@@ -442,6 +515,11 @@ class FunctionInstance:
         due_in_s = windows.due_in_s()
         if received or (due_in_s is not None and due_in_s <= 0):
             self._process_chunk(received)
+
+    def _fire_timers(self, timers: TimerRunner) -> None:
+        chunk = self._chunk = Chunk()
+        timers.fire_due(chunk)
+        self._seal(chunk)
 
     def _process_chunk(self, received: list[Received]) -> None:
         assert self._acknowledger is not None and self._runner is not None
@@ -485,6 +563,13 @@ class FunctionInstance:
         if self._acknowledger is None:
             return
         self._acknowledger.wait(self.options.drain_timeout_s)
+        if self._timers is not None and self._timers.removals:
+            # the fired timers are removed now, so a restart fires none of them again
+            chunk = self._chunk = Chunk()
+            self._timers.remove_settled()
+            self._seal(chunk)
+            self._sender.flush()
+            self._acknowledger.wait(self.options.drain_timeout_s)
         if isinstance(self._runner, WindowRunner) and self._outputs is not None:
             # the checkpoint of the windows fired so far, so a restart fires none again
             chunk = self._chunk = Chunk()

