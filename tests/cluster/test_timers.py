@@ -130,3 +130,70 @@ def test_timers_fire_at_their_time_and_can_be_cancelled_replaced_and_recurring(
     assert cli.returncode == 0, cli.stderr
     assert "later" in cli.stdout and "remind" in cli.stdout, cli.stdout
     consumer.close()
+
+
+def test_stop_keeps_timers_which_fire_late_on_start_and_delete_removes_them(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("w1")
+    inputs, output = create_reminders(cluster, worker, "kept")
+    consumer = cluster_client.subscribe(output, "test")
+    now = time.time()
+    send(
+        cluster_client,
+        inputs,
+        {"arm": "while-stopped", "at": now + 2, "note": "late"},
+        {"arm": "later", "at": now + 3600, "note": "pending"},
+    )
+    wait_until(lambda: len(listing(worker, "kept")) == 2, 15, "two pending timers")
+    stopped = httpx.post(f"{worker.url}{FUNCTIONS}/kept/stop", timeout=30)
+    assert stopped.status_code == 204, stopped.text
+    wait_until(lambda: cluster.num_running(worker, "kept") == 0, 15, "stopped")
+    assert outputs(consumer, 1, 3) == []  # due meanwhile, but the function is stopped
+    started = httpx.post(f"{worker.url}{FUNCTIONS}/kept/start", timeout=30)
+    assert started.status_code == 204, started.text
+    fired = outputs(consumer, 1, 20)
+    assert [(f["fired"], f["note"]) for f in fired] == [("while-stopped", "late")]
+    assert fired[0]["at"] >= now + 2
+    wait_until(lambda: [t["reference"] for t in listing(worker, "kept")] == ["later"], 10, "1")
+
+    deleted = httpx.delete(f"{worker.url}{FUNCTIONS}/kept", timeout=30)
+    assert deleted.status_code == 204, deleted.text
+    create_reminders(cluster, worker, "kept")
+    assert listing(worker, "kept") == []
+    consumer.close()
+
+
+def test_kill_9_of_the_owning_worker_loses_no_timer(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = [cluster.start_worker(f"w{i}", wait=False) for i in (1, 2)]
+    for worker in workers:
+        cluster.wait_ready(worker)
+    wait_until(
+        lambda: len(cluster.get(workers[0], "/admin/v2/worker/cluster")) == 2, 10, "membership"
+    )
+    inputs, output = create_reminders(cluster, workers[0], "failover")
+    consumer = cluster_client.subscribe(output, "test")
+    now = time.time()
+    references = [f"r{i}" for i in range(20)]
+    send(
+        cluster_client,
+        inputs,
+        *({"arm": r, "at": now + 4 + i * 0.1, "note": r} for i, r in enumerate(references)),
+    )
+    wait_until(lambda: len(listing(workers[0], "failover")) == 20, 15, "20 pending timers")
+    owner = next(
+        w
+        for w in workers
+        if any("failover" in i for i in cluster.assignments(workers[0]).get(w.worker_id, []))
+    )
+    owner.kill(with_instances=True)
+    survivor = next(w for w in workers if w is not owner)
+    fired = outputs(consumer, 20, 60)
+    assert sorted({f["fired"] for f in fired}) == sorted(references)
+    assert all(f["at"] >= now + 4 for f in fired)
+    lateness = max(f["at"] - (now + 4 + int(f["fired"][1:]) * 0.1) for f in fired)
+    assert lateness < 30, lateness
+    wait_until(lambda: listing(survivor, "failover") == [], 15, "no pending timer")
+    consumer.close()
