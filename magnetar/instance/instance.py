@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulsar
 
@@ -31,7 +31,11 @@ from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, Subsc
 from magnetar.instance.context import InstanceContext
 from magnetar.instance.dead_letter import DeadLetters
 from magnetar.instance.delivery import Chunk, ChunkSender
-from magnetar.instance.exceptions import InstanceError, InvocationTimeoutError
+from magnetar.instance.exceptions import (
+    InstanceError,
+    InvocationTimeoutError,
+    TimerCallbackError,
+)
 from magnetar.instance.failures import FailureHandler
 from magnetar.instance.in_flight import InFlightRecord
 from magnetar.instance.inputs import Inputs
@@ -55,6 +59,9 @@ from magnetar.instance.timer_runner import TimerRunner, dead_letter_payload, tim
 from magnetar.instance.timers import Timer, Timers, TimerState
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.instance.windowing.runner import WindowRunner
+
+if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
+    from magnetar.instance.javascript import ScriptExecutor
 
 __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 
@@ -423,7 +430,7 @@ class FunctionInstance:
         acking: Acking,
         stop_on_error: bool,
     ) -> Runner:
-        from magnetar.instance.javascript import open_executor
+        from magnetar.instance.javascript import open_executor, read_script
         from magnetar.instance.script_runner import ScriptRunner
 
         assert self._outputs is not None
@@ -436,6 +443,15 @@ class FunctionInstance:
             secrets,
             stop_on_error=stop_on_error and acking.after_processing,
         )
+        if isinstance(self._state, TimerState):
+            timers = script.timers = Timers(self._state)
+            source = read_script(self.config.js or "")
+            self._timers = self._timer_runner(
+                timers,
+                lambda timer: self._fire_script_timer(script, timer),
+                logger,
+                "createTimer" in source,
+            )
         return ScriptRunner(
             script,
             inputs,
@@ -447,6 +463,21 @@ class FunctionInstance:
             acking,
             self._check_publish,
         )
+
+    def _fire_script_timer(self, script: ScriptExecutor, timer: Timer) -> Any:
+        """Run a JavaScript timer's callback: its publishes go with the firing's chunk; its
+        return value is the output."""
+        from magnetar.instance.javascript import TimerFiring
+
+        assert self._outputs is not None
+        outcome = next(script.process([TimerFiring(timer)]))
+        if outcome.error is not None:
+            raise TimerCallbackError(outcome.error)
+        for topic, payload, properties in outcome.publishes or ():
+            self._check_publish(topic)
+            kwargs = {"properties": properties} if properties else {}
+            self._sender.send(self._chunk, self._outputs.producer(topic), payload, kwargs)
+        return outcome.output
 
     # --- the loop -----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from magnetar.instance.delivery import Chunk
+from magnetar.instance.exceptions import TimerCallbackError
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.timers import PENDING_KEY, Timer, Timers, due_range, owner, parse_due_key
 
@@ -192,11 +193,15 @@ class TimerRunner:
         return True
 
     def _failed(self, chunk: Chunk, timer: Timer, error: Exception) -> bool:
-        self._metrics.record_user_exception(error)
+        # a script's error reads as the script wrote it, as for its inputs' failures
+        self._metrics.record_user_exception(
+            str(error) if isinstance(error, TimerCallbackError) else error
+        )
         failures = self._failures.get(timer.reference, (0, 0.0))[0] + 1
         where = f"timer {timer.reference!r} ({timer.callback})"
         if failures == 1:
-            self._logger.error("user exception firing %s: %s", where, error, exc_info=error)
+            trace = None if isinstance(error, TimerCallbackError) else error
+            self._logger.error("user exception firing %s: %s", where, error, exc_info=trace)
         if self._max_retries is None or failures <= self._max_retries:
             delay = min(self._retry_delay_s * 2 ** (failures - 1), self._max_retry_delay_s)
             self._failures[timer.reference] = (failures, time.monotonic() + delay)
