@@ -42,7 +42,10 @@ _MESSAGE_CONF_KEYS = frozenset(
 
 
 def _no_callbacks(callback: Any) -> str:
-    raise TypeError("this function's runtime has no timer callbacks")
+    raise InstanceError(
+        "timers are available to functions whose process is a plain (not async) function or "
+        "method, not to async or window functions"
+    )
 
 
 class MessagePublisher(Protocol):
