@@ -19,6 +19,7 @@ state, timers included; stopping it keeps them (the late ones fire on start).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -53,6 +54,11 @@ _REF = TIMER_PREFIX + "ref/"
 _DUE = TIMER_PREFIX + "due/"
 _DUE_DIGITS = 16
 MAX_REFERENCE_BYTES = 1024
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_ARMINGS = itertools.count()
+_PROCESS = os.urandom(6).hex()
+"""With a counter, tells one arming from another (urandom per arming costs more than the
+rest of arming)."""
 
 
 @runtime_checkable
@@ -90,14 +96,13 @@ class Timer:
     """Tells this arming from a later one of the same reference."""
 
     def encode(self) -> bytes:
-        return json.dumps(
+        return _ENCODER.encode(
             {
                 "due": self.due_ms,
                 "callback": self.callback,
                 "payload": self.payload,
                 "arm": self.arm_id,
             },
-            separators=(",", ":"),
         ).encode()
 
     @classmethod
@@ -216,7 +221,7 @@ class Timers:
         due_ms = due_time_ms(when)
         self.used = True
         try:
-            timer = Timer(reference, due_ms, callback, payload, os.urandom(8).hex())
+            timer = Timer(reference, due_ms, callback, payload, f"{_PROCESS}-{next(_ARMINGS)}")
             encoded = timer.encode()
         except (TypeError, ValueError) as error:
             raise TypeError(
