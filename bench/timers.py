@@ -9,7 +9,11 @@ embedded pulsar-lite:
 * lateness p50/p99 at a steady 1,000 firings/s: timers due one millisecond apart, fired as
   they fall due (the lateness the instance measures, due time to callback).
 
-    python bench/timers.py [--timers 20000] [--steady-s 5]
+With ``--pending N``, also the memory (RSS of this process: the instance, its client and
+its RocksDB) of an instance holding N pending timers against the same instance before it
+armed any.
+
+    python bench/timers.py [--timers 20000] [--steady-s 5] [--pending 1000000]
 """
 
 from __future__ import annotations
@@ -122,10 +126,56 @@ def _phase(client: pulsar.Client, work: Path, code: Path, count: int, steady_s: 
     }
 
 
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _pending(client: pulsar.Client, work: Path, code: Path, count: int) -> Any:
+    topic = f"pending-{uuid.uuid4().hex[:6]}"
+    config = FunctionConfig(
+        name=f"pending-{uuid.uuid4().hex[:6]}",
+        py=str(code),
+        class_name="alarm.Alarm",
+        inputs=[topic],
+        subscription_position="Earliest",
+    )
+    state = JournaledStateStore(client, config.fqfn, StateOptions(str(work / "pending-state")))
+    instance = FunctionInstance(config, client, InstanceOptions(), state=state).start()
+    try:
+        time.sleep(2)
+        before = _rss_mb()
+        later_ms = int(time.time() * 1000) + 86_400_000
+        started = time.perf_counter()
+        step = 100_000
+        for first in range(0, count, step):
+            lines = [f"p{i} {later_ms + i}" for i in range(first, min(count, first + step))]
+            _send(client, topic, lines)
+            done = first + len(lines)
+            _wait(lambda done=done: instance.metrics.processed >= done, 900, "arming")
+        arming_s = time.perf_counter() - started
+        time.sleep(5)  # the table flushed, the instance idle with its timers
+        after = _rss_mb()
+    finally:
+        instance.stop()
+        instance.wait(60)
+        state.close()
+    return {
+        "pending": count,
+        "arming_per_s": round(count / arming_s),
+        "rss_mb_without": round(before),
+        "rss_mb_with": round(after),
+        "rss_mb_added": round(after - before),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--timers", type=int, default=20_000)
     parser.add_argument("--steady-s", type=float, default=5.0)
+    parser.add_argument("--pending", type=int, default=0)
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "timers.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="magnetar-bench-timers-"))
@@ -138,6 +188,8 @@ def main() -> None:
             )
             try:
                 result = _phase(client, work, code, args.timers, args.steady_s)
+                if args.pending:
+                    result["memory"] = _pending(client, work, code, args.pending)
             finally:
                 client.close()
     finally:

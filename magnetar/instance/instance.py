@@ -317,7 +317,7 @@ class FunctionInstance:
                 config.max_pending_async_requests or DEFAULT_MAX_PENDING,
                 config.timeout_ms,
             )
-        self._python_timers(python, context, failures, logger)
+        self._python_timers(python, context, logger)
         return PythonRunner(
             Invoker(python.function, context, self.metrics, config.timeout_ms),
             python.input_serdes,
@@ -338,7 +338,6 @@ class FunctionInstance:
         self,
         python: _PythonCode,
         context: InstanceContext,
-        failures: FailureHandler,
         logger: logging.Logger,
     ) -> None:
         """Timers for a (plain, not async or window) Python function with a state store."""
