@@ -129,6 +129,13 @@ def test_timers_fire_at_their_time_and_can_be_cancelled_replaced_and_recurring(
     )
     assert cli.returncode == 0, cli.stderr
     assert "later" in cli.stdout and "remind" in cli.stdout, cli.stdout
+    unknown = httpx.get(f"{worker.url}{FUNCTIONS}/nope/timers", timeout=10)
+    assert (unknown.status_code, unknown.json()) == (404, {"reason": "Function nope doesn't exist"})
+    too_many = httpx.get(f"{worker.url}{FUNCTIONS}/reminders/timers?limit=0", timeout=10)
+    assert (too_many.status_code, too_many.json()) == (
+        400,
+        {"reason": "limit must be 1 to 100000, not 0"},
+    )
     consumer.close()
 
 
