@@ -204,3 +204,33 @@ def test_kill_9_of_the_owning_worker_loses_no_timer(
     assert lateness < 30, lateness
     wait_until(lambda: listing(survivor, "failover") == [], 15, "no pending timer")
     consumer.close()
+
+
+def test_timers_move_to_their_new_owners_when_the_parallelism_changes(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    worker = cluster.start_worker("w1")
+    inputs, output = create_reminders(cluster, worker, "rescaled")
+    consumer = cluster_client.subscribe(output, "test")
+    now = time.time()
+    references = [f"r{i}" for i in range(12)]
+    send(cluster_client, inputs, *({"arm": r, "at": now + 5, "note": r} for r in references))
+    wait_until(lambda: len(listing(worker, "rescaled")) == 12, 15, "12 pending timers")
+    scaled = httpx.put(
+        f"{worker.url}{FUNCTIONS}/rescaled",
+        data={"functionConfig": json.dumps({"parallelism": 3})},
+        timeout=30,
+    )
+    assert scaled.status_code == 204, scaled.text
+    wait_until(lambda: cluster.num_running(worker, "rescaled") == 3, 30, "three instances")
+    fired = outputs(consumer, 12, 30)
+    assert sorted({f["fired"] for f in fired}) == sorted(references)
+    assert all(f["at"] >= now + 5 for f in fired)
+
+    def fired_by_instance() -> list[int]:
+        instances = cluster.status(worker, "rescaled")["instances"]
+        return [i["status"]["numTimersFired"] for i in instances]
+
+    wait_until(lambda: sum(fired_by_instance()) >= 12, 15, "the firings in status")
+    assert sum(1 for n in fired_by_instance() if n) >= 2, fired_by_instance()  # spread out
+    consumer.close()
