@@ -37,6 +37,9 @@ TIMER_CALLBACK = "TIMER_CALLBACK"
 _POLL_S = 0.01
 """How often the table is looked at for due timers (a RocksDB seek when none is due)."""
 _SCAN_PAGE = 1000
+_CROWDED_POLL_S = 0.1
+"""The pause after a poll that found only other instances' due timers (an owner that is
+late or gone): looking through them every 10 ms would take this instance's CPU."""
 _MAX_SCAN = 20_000
 """Most due keys looked at per poll (those of other instances are skipped)."""
 _MAX_FIRINGS = 500
@@ -152,17 +155,16 @@ class TimerRunner:
         now_ms = int(time.time() * 1000)
         start, stop = due_range(now_ms)
         found: list[Timer] = []
-        looked = 0
+        looked = others = 0
         while looked < _MAX_SCAN and len(found) < _MAX_FIRINGS:
             page = self._state.scan(start, stop, _SCAN_PAGE)
             looked += len(page)
             for key, _ in page:
                 due_ms, reference = parse_due_key(key)
-                if (
-                    owner(reference, self._parallelism) != self._instance_id
-                    or reference in self._in_flight
-                    or self._failures.get(reference, (0, 0.0))[1] > now
-                ):
+                if owner(reference, self._parallelism) != self._instance_id:
+                    others += 1
+                    continue
+                if reference in self._in_flight or self._failures.get(reference, (0, 0.0))[1] > now:
                     continue
                 timer = self._timers.get(reference)  # also sees this instance's own updates
                 if timer is not None and timer.due_ms == due_ms:
@@ -172,6 +174,8 @@ class TimerRunner:
             if len(page) < _SCAN_PAGE:
                 break
             start = page[-1][0] + "\x00"
+        if not found and others >= _SCAN_PAGE:
+            self._next_poll = now + _CROWDED_POLL_S
         return found
 
     def _fire_one(self, chunk: Chunk, timer: Timer) -> bool:
