@@ -171,6 +171,10 @@ def test_stop_keeps_timers_which_fire_late_on_start_and_delete_removes_them(
     consumer.close()
 
 
+DUE_AFTER_S = 1.5
+"""The failover timers are due soon after the kill: their lateness is the failover's."""
+
+
 def test_kill_9_of_the_owning_worker_loses_no_timer(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
@@ -187,7 +191,10 @@ def test_kill_9_of_the_owning_worker_loses_no_timer(
     send(
         cluster_client,
         inputs,
-        *({"arm": r, "at": now + 4 + i * 0.1, "note": r} for i, r in enumerate(references)),
+        *(
+            {"arm": r, "at": now + DUE_AFTER_S + i * 0.1, "note": r}
+            for i, r in enumerate(references)
+        ),
     )
     wait_until(lambda: len(listing(workers[0], "failover")) == 20, 15, "20 pending timers")
     owner = next(
@@ -199,9 +206,9 @@ def test_kill_9_of_the_owning_worker_loses_no_timer(
     survivor = next(w for w in workers if w is not owner)
     fired = outputs(consumer, 20, 60)
     assert sorted({f["fired"] for f in fired}) == sorted(references)
-    assert all(f["at"] >= now + 4 for f in fired)
-    lateness = max(f["at"] - (now + 4 + int(f["fired"][1:]) * 0.1) for f in fired)
-    assert lateness < 30, lateness
+    lateness = [f["at"] - (now + DUE_AFTER_S + int(f["fired"][1:]) * 0.1) for f in fired]
+    assert all(late >= 0 for late in lateness), lateness  # never before their time
+    assert max(lateness) < 30, lateness  # the liveness timeout, a restart, on a busy machine
     wait_until(lambda: listing(survivor, "failover") == [], 15, "no pending timer")
     consumer.close()
 
