@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pulsar
+import pytest
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.conftest import MAGNETAR
@@ -72,6 +73,7 @@ def instance_status(cluster: Cluster, worker: Worker, name: str) -> dict[str, An
     return status
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_timers_fire_at_their_time_and_can_be_cancelled_replaced_and_recurring(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:

@@ -32,7 +32,10 @@ def run_stateful(client: pulsar.Client, tmp_path: Path) -> Iterator[RunStateful]
         fields.setdefault("subscription_position", "Earliest")
         config = FunctionConfig(**fields)
         state = JournaledStateStore(
-            client, config.fqfn, StateOptions(str(tmp_path / f"state-{len(started)}"))
+            client,
+            config.fqfn,
+            # a namespace Apache Pulsar has from the start (a worker creates its own)
+            StateOptions(str(tmp_path / f"state-{len(started)}"), namespace="public/default"),
         )
         instance = FunctionInstance(
             config, client, InstanceOptions(retry_delay_ms=100), state=state
@@ -60,6 +63,7 @@ def status(instance: FunctionInstance) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_javascript_timers_in_couchbase_style(
     client: pulsar.Client, run_stateful: RunStateful, topic: str
 ) -> None:
