@@ -9,7 +9,8 @@ hop, lock or Python callback. ``FunctionInstance`` is the facade over the parts:
 * ``python_runner`` / ``script_runner``: the function over a chunk (Python, or JavaScript);
 * ``failures`` and ``dead_letter``: retries with backoff and the dead-letter topic;
 * ``outputs`` and ``delivery``: the producers, and sends tracked per chunk;
-* ``acknowledgement``: acknowledging (or redelivering) a chunk once its sends settle.
+* ``acknowledgement``: acknowledging (or redelivering) a chunk once its sends settle;
+* ``timer_runner`` (set up by ``timer_setup``): firing the due timers between chunks.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulsar
 
@@ -31,11 +32,7 @@ from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, Subsc
 from magnetar.instance.context import InstanceContext
 from magnetar.instance.dead_letter import DeadLetters
 from magnetar.instance.delivery import Chunk, ChunkSender
-from magnetar.instance.exceptions import (
-    InstanceError,
-    InvocationTimeoutError,
-    TimerCallbackError,
-)
+from magnetar.instance.exceptions import InstanceError, InvocationTimeoutError
 from magnetar.instance.failures import FailureHandler
 from magnetar.instance.in_flight import InFlightRecord
 from magnetar.instance.inputs import Inputs
@@ -54,14 +51,10 @@ from magnetar.instance.schemas import input_schema_serdes, output_schema_serde
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
-from magnetar.instance.timer_callbacks import PythonCallbacks, uses_timers
-from magnetar.instance.timer_runner import TimerRunner, dead_letter_payload, timer_properties
-from magnetar.instance.timers import Timer, Timers, TimerState
+from magnetar.instance.timer_runner import TimerRunner
+from magnetar.instance.timer_setup import TimerPlumbing
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.instance.windowing.runner import WindowRunner
-
-if TYPE_CHECKING:  # V8 is loaded only by the instances of JavaScript functions
-    from magnetar.instance.javascript import ScriptExecutor
 
 __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 
@@ -133,7 +126,6 @@ class FunctionInstance:
         self._runner: Runner | None = None
         self._context: InstanceContext | None = None
         self._timers: TimerRunner | None = None
-        self._output_serde: SerDe | None = None
         self.error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -317,7 +309,9 @@ class FunctionInstance:
                 config.max_pending_async_requests or DEFAULT_MAX_PENDING,
                 config.timeout_ms,
             )
-        self._python_timers(python, context, logger)
+        self._timers = self._timer_plumbing(logger).python(
+            python.function, context, python.output_serde
+        )
         return PythonRunner(
             Invoker(python.function, context, self.metrics, config.timeout_ms),
             python.input_serdes,
@@ -334,65 +328,19 @@ class FunctionInstance:
             dict(options.earlier_crashes),
         )
 
-    def _python_timers(
-        self,
-        python: _PythonCode,
-        context: InstanceContext,
-        logger: logging.Logger,
-    ) -> None:
-        """Timers for a (plain, not async or window) Python function with a state store."""
-        callbacks = PythonCallbacks(python.function)
-        context.timer_callback_name = callbacks.name
-        if not isinstance(self._state, TimerState):
-            return
-        timers = context.timers = Timers(self._state)
-
-        def fire(timer: Timer) -> Any:
-            context.set_message(None, "")
-            return callbacks.find(timer.callback)(timer.payload, context)
-
-        self._output_serde = python.output_serde
-        self._timers = self._timer_runner(timers, fire, logger, uses_timers(python.function))
-
-    def _timer_runner(
-        self,
-        timers: Timers,
-        fire: Callable[[Timer], Any],
-        logger: logging.Logger,
-        enabled: bool,
-    ) -> TimerRunner:
-        assert self._outputs is not None and self._journal is not None
-        config, options = self.config, self.options
-        dead_letters = DeadLetters(config, self._sender, self._outputs.producer)
-        return TimerRunner(
-            timers,
-            options.instance_id,
-            config.parallelism,
-            fire,
-            self._send_timer_result,
-            lambda chunk, timer: dead_letters.send_timer(
-                chunk, dead_letter_payload(timer), timer_properties(timer)
-            ),
-            self._journal.rollback,
+    def _timer_plumbing(self, logger: logging.Logger) -> TimerPlumbing:
+        assert self._outputs is not None
+        return TimerPlumbing(
+            self.config,
+            self.options,
+            self._state,
+            self._outputs,
+            self._sender,
             self.metrics,
             logger,
-            config.max_message_retries,
-            options.retry_delay_ms / 1000,
-            options.max_retry_delay_ms / 1000,
-            enabled,
+            lambda: self._chunk,
+            self._check_publish,
         )
-
-    def _send_timer_result(self, chunk: Chunk, timer: Timer, result: Any) -> None:
-        """A callback's result goes where ``process``'s go, with the timer's reference."""
-        assert self._outputs is not None
-        config = self.config
-        producer = self._outputs.output
-        if producer is None and config.output:
-            producer = self._outputs.producer(config.output)
-        if producer is None:
-            return
-        content = result if self._output_serde is None else self._output_serde.serialize(result)
-        self._sender.send(chunk, producer, content, {"properties": timer_properties(timer)})
 
     def _load_python(self) -> _PythonCode:
         """The Python function, the paths its code is imported from, and its SerDes."""
@@ -442,15 +390,9 @@ class FunctionInstance:
             secrets,
             stop_on_error=stop_on_error and acking.after_processing,
         )
-        if isinstance(self._state, TimerState):
-            timers = script.timers = Timers(self._state)
-            source = read_script(self.config.js or "")
-            self._timers = self._timer_runner(
-                timers,
-                lambda timer: self._fire_script_timer(script, timer),
-                logger,
-                "createTimer" in source,
-            )
+        self._timers = self._timer_plumbing(logger).script(
+            script, read_script(self.config.js or "")
+        )
         return ScriptRunner(
             script,
             inputs,
@@ -462,21 +404,6 @@ class FunctionInstance:
             acking,
             self._check_publish,
         )
-
-    def _fire_script_timer(self, script: ScriptExecutor, timer: Timer) -> Any:
-        """Run a JavaScript timer's callback: its publishes go with the firing's chunk; its
-        return value is the output."""
-        from magnetar.instance.javascript import TimerFiring
-
-        assert self._outputs is not None
-        outcome = next(script.process([TimerFiring(timer)]))
-        if outcome.error is not None:
-            raise TimerCallbackError(outcome.error)
-        for topic, payload, properties in outcome.publishes or ():
-            self._check_publish(topic)
-            kwargs = {"properties": properties} if properties else {}
-            self._sender.send(self._chunk, self._outputs.producer(topic), payload, kwargs)
-        return outcome.output
 
     # --- the loop -----------------------------------------------------------------------
 

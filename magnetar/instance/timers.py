@@ -81,6 +81,8 @@ class TimerState(Protocol):
 
     def commit_unsourced(self) -> None: ...
 
+    def rollback(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class Timer:
