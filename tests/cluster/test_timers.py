@@ -116,6 +116,8 @@ def test_timers_fire_at_their_time_and_can_be_cancelled_replaced_and_recurring(
     )
     status = instance_status(cluster, worker, "reminders")
     assert status["numTimersPending"] == 1, status
+    reminded = httpx.get(f"{worker.url}{FUNCTIONS}/reminders/state/reminded", timeout=10)
+    assert reminded.json()["numberValue"] == 2, reminded.text  # state, from the callbacks
     assert 0 <= status["timerLatenessP99Ms"] < 60_000 + 5000, status  # "late" was a minute late
     pending = listing(worker, "reminders")
     assert [(t["reference"], t["callback"], t["payload"]) for t in pending] == [
