@@ -179,6 +179,7 @@ DUE_AFTER_S = 1.5
 """The failover timers are due soon after the kill: their lateness is the failover's."""
 
 
+@pytest.mark.brokers("lite", "apache")
 def test_kill_9_of_the_owning_worker_loses_no_timer(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
