@@ -43,6 +43,14 @@ def wait_until(
     return time.perf_counter() - started
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile (0.99: p99) of ``values``; None without any."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def p90(values: list[float]) -> float:
     """The 90th percentile (inclusive method: needs no more than one value)."""
     if len(values) == 1:

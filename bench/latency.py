@@ -2,9 +2,12 @@
 
 Each input carries the wall-clock time of its send; the output is the exclamation of it, and
 its latency is the time from that send until a consumer of the output topic has it. Inputs
-are sent unbatched at ``--rates`` messages per second (paced every millisecond) for
-``--seconds`` each, after ``--warm-up`` seconds that are not counted. Subjects, each on a
-topic pair of its own, in one run:
+are sent unbatched at ``--rates`` messages per second (in bursts of what is due, about every
+half millisecond, each stamped at its own send) for ``--seconds`` each, after ``--warm-up``
+seconds that are not counted; the sender and the receiver are processes of their own
+(bench/_paced_stream.py). A subject that lags or loses outputs is recorded, not failed:
+``missing`` outputs and ``drain_ms``, the time from the last send to the last output.
+Subjects, each on a topic pair of its own, in one run:
 
 * ``loop``: a hand-written pulsar-client loop in a process of its own (receive, send async
   with batching and a 1 ms publish delay, acknowledge in the send's callback): the baseline;
@@ -13,12 +16,13 @@ topic pair of its own, in one run:
 * ``cluster-python`` / ``cluster-js``: the same functions on three ``magnetar worker start``
   processes, parallelism 3.
 
-Every subject runs ``--repeat`` times, alternating; the JSON holds p50/p99/p999 of every run,
-their medians, and each subject's ratio of medians to the loop's, on each broker
-(``--broker lite|apache|both``).
+Every subject runs ``--repeat`` times, alternating; the JSON holds p50/p99/p999 of every run
+(with the sender's kept rate and the machine's load before and after), their medians, and
+each subject's ratio of medians to the loop's, on each broker (``--broker lite|apache|both``).
 
     python bench/latency.py [--rates 100,1000,10000] [--seconds 8] [--repeat 3]
                             [--subjects loop,localrun-python,...] [--broker lite]
+                            [--max-load 4]
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -157,92 +160,64 @@ def subjects(broker: Broker, work: Path, stack: ExitStack) -> dict[str, Subject]
 
 # --- one measurement ---------------------------------------------------------------------------
 
+STREAM = Path(__file__).resolve().parent / "_paced_stream.py"
 
-def wait_flowing(client: pulsar.Client, source: str, consumer: Any) -> None:
-    """Send probes until one comes out: the subject is subscribed and running."""
-    producer = client.create_producer(source, batching_enabled=False)
-    deadline = time.monotonic() + 90
+
+def measure(broker: Broker, source: str, sink: str, rate: int, args: Any) -> dict[str, Any]:
+    """Figures of the inputs sent after the warm-up, at ``rate`` messages a second: the
+    sender and the receiver are processes of their own (see _paced_stream.py); a subject that
+    lags or loses outputs is recorded so (``drain_ms``, ``missing``)."""
+    total = int(rate * (args.warm_up + args.seconds))
+    counted_from = int(rate * args.warm_up)
+    stream = [sys.executable, str(STREAM)]
+    url = broker.service_url
+    receiver = subprocess.Popen(
+        [*stream, "receive", url, source, sink, str(total), str(counted_from),
+         str(args.warm_up + args.seconds + 3)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        while time.monotonic() < deadline:
-            producer.send(b"probe")
-            try:
-                while True:
-                    message = consumer.receive(500)
-                    consumer.acknowledge(message)
-                    if message.data() == b"probe!":
-                        return
-            except pulsar.Timeout:
-                continue
-        raise RuntimeError(f"no output for the probes sent to {source} within 90 s")
+        assert receiver.stdout is not None
+        if receiver.stdout.readline().strip() != "flowing":
+            receiver.wait(10)
+            raise RuntimeError(f"the subject never answered a probe on {source}")
+        sender = subprocess.run(
+            [*stream, "send", url, source, str(rate), str(total)],
+            stdout=subprocess.PIPE, text=True, check=True,
+            timeout=args.warm_up + args.seconds + 120,
+        )  # fmt: skip
+        figures: dict[str, Any] = json.loads(receiver.stdout.read())
+        receiver.wait(10)
+        return {**figures, "sender": json.loads(sender.stdout)}
     finally:
-        producer.close()
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
 
 
-def measure(client: pulsar.Client, source: str, sink: str, rate: int, args: Any) -> list[float]:
-    """Latencies (ms) of the inputs sent after the warm-up, at ``rate`` messages a second."""
-    consumer = client.subscribe(sink, "latency", receiver_queue_size=10_000)
-    try:
-        wait_flowing(client, source, consumer)
-        producer = client.create_producer(
-            source, batching_enabled=False, block_if_queue_full=True, max_pending_messages=50_000
-        )
-        total = int(rate * (args.warm_up + args.seconds))
-        counted_from = int(rate * args.warm_up)
-
-        def send_paced() -> None:
-            started = time.perf_counter()
-            for i in range(total):
-                delay = started + i / rate - time.perf_counter()
-                if delay > 0.001:
-                    time.sleep(delay)
-                producer.send_async(f"{i}:{time.time_ns()}".encode(), None)
-            producer.flush()
-
-        sender = threading.Thread(target=send_paced, daemon=True)
-        sender.start()
-        latencies: list[float] = []
-        seen: set[int] = set()
-        deadline = time.monotonic() + args.warm_up + args.seconds + 30
-        while len(seen) < total and time.monotonic() < deadline:
-            try:
-                message = consumer.receive(1000)
-            except pulsar.Timeout:
-                continue
-            now = time.time_ns()
-            consumer.acknowledge(message)
-            data = message.data()
-            if data == b"probe!":
-                continue
-            index, sent = data.rstrip(b"!").split(b":")
-            if int(index) in seen:
-                continue
-            seen.add(int(index))
-            if int(index) >= counted_from:
-                latencies.append((now - int(sent)) / 1e6)
-        sender.join(30)
-        producer.close()
-        if len(seen) < total:
-            raise RuntimeError(f"{total - len(seen)} of {total} outputs missing from {sink}")
-        return latencies
-    finally:
-        consumer.close()
+def load() -> float:
+    """The machine's one-minute load average (others' processes disturb the figures)."""
+    return round(os.getloadavg()[0], 2)
 
 
-def percentiles(latencies: list[float]) -> dict[str, float]:
-    ordered = sorted(latencies)
+def cpu_times() -> tuple[int, int]:
+    """The machine's (idle, total) CPU time so far, in ticks."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
 
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
-    return {"p50": at(0.5), "p99": at(0.99), "p999": at(0.999), "count": len(ordered)}
+def wait_quiet(max_load: float | None, patience_s: float = 60) -> None:
+    """Wait (a bounded time) until the one-minute load is at most ``max_load``."""
+    deadline = time.monotonic() + patience_s
+    while max_load is not None and load() > max_load and time.monotonic() < deadline:
+        time.sleep(2)
 
 
 # --- the run -----------------------------------------------------------------------------------
 
 
 def run_broker(broker: Broker, args: Any) -> dict[str, Any]:
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {}
-    client = pulsar.Client(broker.service_url, logger=QUIET)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="magnetar-latency-") as tmp, ExitStack() as stack:
         found = subjects(broker, Path(tmp), stack)
         for round_no in range(args.repeat):
@@ -250,53 +225,81 @@ def run_broker(broker: Broker, args: Any) -> dict[str, Any]:
                 for rate in args.rates:
                     source = f"lat-{uuid.uuid4().hex[:8]}"
                     sink = f"{source}-out"
+                    wait_quiet(args.max_load)
+                    load_before, idle_before = load(), cpu_times()
                     try:
                         with found[name](source, sink):
-                            figures = percentiles(measure(client, source, sink, rate, args))
-                    except RuntimeError as error:
+                            figures = measure(broker, source, sink, rate, args)
+                    except (RuntimeError, subprocess.SubprocessError) as error:
                         logs = "".join(
                             f"\n{p.name}:\n{p.read_text()[-2000:]}" for p in Path(tmp).glob("*.log")
                         )
                         raise RuntimeError(f"{name} at {rate}/s: {error}{logs}") from None
+                    idle_after = cpu_times()
+                    figures["load"] = [load_before, load()]
+                    # the machine's idle share over the subject's start and measurement
+                    figures["idle"] = round(
+                        (idle_after[0] - idle_before[0]) / (idle_after[1] - idle_before[1]), 2
+                    )
                     runs.setdefault(name, {}).setdefault(str(rate), []).append(figures)
                     progress(
                         f"  {broker.name} round {round_no + 1}/{args.repeat} {name:16} "
-                        f"{rate:>6}/s  p50 {figures['p50']:7.2f} ms  p99 {figures['p99']:7.2f}"
-                        f" ms  p999 {figures['p999']:7.2f} ms"
+                        f"{rate:>6}/s  {line(figures)}  sender {figures['sender']['rate_kept']}/s"
+                        f" slip p99 {figures['sender']['slip_p99_ms']} ms"
+                        f"  load {figures['load'][0]}-{figures['load'][1]} idle {figures['idle']}"
                     )
-    client.close()
     return {"broker": broker.description, "runs": runs, "medians": summarize(runs)}
 
 
-def summarize(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, Any]:
+def line(figures: dict[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "      -" if value is None else f"{value:7.2f}"
+
+    return (
+        f"p50 {ms(figures['p50'])} ms  p99 {ms(figures['p99'])} ms  p999 {ms(figures['p999'])}"
+        f" ms  missing {figures['missing']}  drain {ms(figures['drain_ms'])} ms"
+    )
+
+
+def median(figures: list[dict[str, Any]], key: str) -> float | None:
+    values = [f[key] for f in figures if f[key] is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     medians: dict[str, Any] = {}
     for name, by_rate in runs.items():
         for rate, figures in by_rate.items():
-            row = {
-                q: round(statistics.median(f[q] for f in figures), 3)
-                for q in ("p50", "p99", "p999")
-            }
+            row = {q: median(figures, q) for q in ("p50", "p99", "p999", "missing", "drain_ms")}
             loop = runs.get("loop", {}).get(rate)
             if loop and name != "loop":
                 for q in ("p50", "p99"):
-                    baseline = statistics.median(f[q] for f in loop)
-                    row[f"{q}_vs_loop"] = round(row[q] / baseline, 2)
+                    baseline, value = median(loop, q), row[q]
+                    if baseline and value is not None:
+                        row[f"{q}_vs_loop"] = round(value / baseline, 2)
             medians.setdefault(name, {})[rate] = row
     return medians
 
 
 def table(medians: dict[str, Any]) -> str:
-    lines = [f"{'subject':17} {'rate':>7} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8}  vs loop"]
+    lines = [
+        f"{'subject':17} {'rate':>7} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8} {'missing':>8}"
+        f" {'drain ms':>9}  vs loop"
+    ]
+
+    def ms(value: float | None, width: int) -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:{width}.2f}"
+
     for name, by_rate in medians.items():
         for rate, row in by_rate.items():
             versus = (
-                f"p50 {row['p50_vs_loop']}x  p99 {row['p99_vs_loop']}x"
-                if "p50_vs_loop" in row
+                f"p50 {row.get('p50_vs_loop', '-')}x  p99 {row.get('p99_vs_loop', '-')}x"
+                if name != "loop"
                 else ""
             )
             lines.append(
-                f"{name:17} {rate:>7} {row['p50']:8.2f} {row['p99']:8.2f} {row['p999']:8.2f}"
-                f"  {versus}"
+                f"{name:17} {rate:>7} {ms(row['p50'], 8)} {ms(row['p99'], 8)}"
+                f" {ms(row['p999'], 8)} {row['missing']:8.0f} {ms(row['drain_ms'], 9)}  {versus}"
             )
     return "\n".join(lines)
 
@@ -312,6 +315,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--subjects", default=",".join(SUBJECTS))
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "latency.json")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        help="before each measurement, wait (up to a minute) until the machine's one-minute"
+        " load is at most this (the figures record it either way)",
+    )
     add_broker_options(parser, default="lite")
     args = parser.parse_args()
     args.rates = [int(r) for r in args.rates.split(",")]

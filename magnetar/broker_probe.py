@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from magnetar.broker import BrokerError
 
 __all__ = [
+    "ASKS_FOR_AUTHENTICATION",
     "broker_addresses",
     "broker_version",
     "check_broker",
@@ -22,6 +23,15 @@ __all__ = [
 ]
 
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
+
+ASKS_FOR_AUTHENTICATION = "(a broker that asks for authentication)"
+"""What :func:`broker_version` reports for a broker that refuses a CONNECT without
+credentials: it names no version then, but it is no pulsar-lite, which has no
+authentication."""
+
+_CONNECTED = 3
+_ERROR = 14
+_AUTHENTICATION_ERROR = 3
 
 
 def broker_addresses(broker_url: str) -> list[tuple[str, int]]:
@@ -69,8 +79,8 @@ def check_broker(broker_url: str, timeout: float = 5.0) -> None:
 
 def server_version(broker_url: str, timeout: float = 2.0) -> str | None:
     """What the broker at a ``pulsar://`` URL calls itself when it accepts a connection
-    (``Pulsar Server4.0.7``, ``Pulsar-Lite-0.1.0``); None when no host says (another scheme,
-    authentication required, not reachable)."""
+    (``Pulsar Server4.0.7``, ``Pulsar-Lite-0.1.0``), ``ASKS_FOR_AUTHENTICATION`` when it asks
+    for credentials first; None when no host says (another scheme, not reachable)."""
     try:
         return broker_version(broker_url, timeout)
     except BrokerError:
@@ -141,8 +151,9 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 def broker_version(broker_url: str, timeout: float = 5.0) -> str | None:
     """The ``server_version`` a ``pulsar://`` broker reports in its CONNECTED answer (e.g.
-    ``Pulsar-Lite-0.1.0``); None when it cannot be asked without the client (TLS), asks for
-    authentication, or answers otherwise. ``BrokerError`` when no host of the URL answers."""
+    ``Pulsar-Lite-0.1.0``); ``ASKS_FOR_AUTHENTICATION`` when it refuses to connect without
+    credentials; None when it cannot be asked without the client (TLS) or answers otherwise.
+    ``BrokerError`` when no host of the URL answers."""
     if not broker_url.lower().startswith("pulsar://"):
         return None
     failures: list[str] = []
@@ -167,10 +178,16 @@ def broker_version(broker_url: str, timeout: float = 5.0) -> str | None:
 
 
 def _server_version(command: bytes) -> str | None:
-    """``connected.server_version`` of a BaseCommand (type CONNECTED = 3, field 3)."""
+    """``connected.server_version`` of a BaseCommand (type CONNECTED = 3, field 3), or
+    ``ASKS_FOR_AUTHENTICATION`` for an ERROR (14, field 14) whose error is
+    AuthenticationError."""
     fields = dict(protobuf_fields(command))
+    error = fields.get(14)
+    if fields.get(1) == _ERROR and isinstance(error, bytes):
+        refused = dict(protobuf_fields(error)).get(2) == _AUTHENTICATION_ERROR
+        return ASKS_FOR_AUTHENTICATION if refused else None
     connected = fields.get(3)
-    if fields.get(1) != 3 or not isinstance(connected, bytes):
+    if fields.get(1) != _CONNECTED or not isinstance(connected, bytes):
         return None
     version = dict(protobuf_fields(connected)).get(1)
     return version.decode(errors="replace") if isinstance(version, bytes) else None

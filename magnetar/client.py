@@ -10,7 +10,8 @@ a persistent topic every one of them is a stored cursor that makes the next subs
 (from 1.5 ms to 20 ms a reader after a few thousand); on a non-persistent topic a reader
 costs half a millisecond and leaves nothing behind. Apache Pulsar tells consumers apart per
 connection, so there the client asks the broker its name first (one handshake) and spreads
-nothing: the readers would cost some 0.3 s a client there.
+nothing: the readers would cost some 0.3 s a client there. A broker that asks for credentials
+before it says its name is no pulsar-lite (which has no authentication) either.
 
 A control-plane client (``create_client(..., log_to_python=True)``: the worker's own) sends
 the client library's log into Python's logging (logger ``magnetar.pulsar_client``) at
@@ -29,8 +30,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pulsar
 
@@ -52,6 +55,7 @@ _SPREAD_TOPIC = "non-persistent://public/default/__magnetar_consumer_ids"
 _SUBSCRIBE_ATTEMPTS = 4
 _NEWEST_FIRST = 10**20
 _CLIENT_LOGGER = "magnetar.pulsar_client"
+_TOKEN_PLUGINS = ("AuthenticationToken", "token")
 _EXPECTED = (
     # pulsar-lite answers a getLastMessageId on an empty topic with an error
     "Failed to getLastMessageId: UnknownError",
@@ -66,12 +70,27 @@ class Connection:
 
     auth_plugin: str | None = None
     """An authentication plugin, by Pulsar's Java class name (AuthenticationToken, ...)."""
-    auth_params: str | None = None
-    """The plugin's parameters (``token:...``, ``file:...`` or JSON)."""
+    auth_params: str | None = field(default=None, repr=False)
+    """The plugin's parameters (``token:...``, ``file:...`` or JSON); kept out of the repr,
+    which a log line may show."""
     use_tls: bool = False
     tls_allow_insecure: bool = False
     tls_validate_hostname: bool = False
     tls_trust_cert_path: str | None = None
+
+    def bearer_token(self) -> str | None:
+        """The token an HTTP call (the broker's admin API) sends as ``Bearer``: the
+        AuthenticationToken plugin's, read as Pulsar's client reads its parameters
+        (``token:<jwt>``, ``file:///path``, or the token itself); None for other plugins."""
+        if not self.auth_plugin or self.auth_plugin.rsplit(".", 1)[-1] not in _TOKEN_PLUGINS:
+            return None
+        params = (self.auth_params or "").strip()
+        if params.startswith("token:"):
+            return params.removeprefix("token:").strip()
+        if params.startswith("file:"):
+            path = urlparse(params).path if params.startswith("file://") else params[5:]
+            return Path(path).read_text().strip()
+        return params or None
 
     def client_kwargs(self) -> dict[str, Any]:
         """The ``pulsar.Client`` arguments."""

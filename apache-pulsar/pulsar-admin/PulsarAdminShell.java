@@ -36,5 +36,7 @@ public final class PulsarAdminShell {
             System.err.println(END + code);
             System.err.flush();
         }
+        // the admin client's threads are not daemons: without this the JVM outlives stdin
+        System.exit(0);
     }
 }

@@ -176,7 +176,7 @@ def _upgrade_state(config: WorkerConfig) -> None:
     from magnetar.statestore.upgrade import carry_over_journals
     from magnetar.worker.metadata import MetadataManager
 
-    client = create_client(config.broker_url)
+    client = create_client(config.broker_url, connection=config.broker_connection)
     try:
         metadata = MetadataManager(client, config.system_topic(config.metadata_topic))
         metadata.start()

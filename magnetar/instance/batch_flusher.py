@@ -7,6 +7,9 @@ the GIL while it waits for the producer's lock, and the client's I/O thread hold
 while it waits for the GIL to hand over a send callback — a deadlock that stops every
 producer and consumer of the client. ``Producer.flush()`` releases the GIL while it waits, but
 it blocks until the broker answers, so a thread of its own calls it and the instance goes on.
+That thread starts with the flusher, before any user code runs: once a function holds all the
+memory ``resources.ram`` allows, no thread can start, and a late one would end the instance
+with "can't start new thread" instead of failing the function's messages with MemoryError.
 """
 
 from __future__ import annotations
@@ -22,12 +25,11 @@ class BatchFlusher:
     """Flushes the producers it is handed, coalescing requests that arrive meanwhile."""
 
     def __init__(self, name: str) -> None:
-        self._name = name
         self._lock = threading.Lock()
         self._wanted: set[Any] = set()
         self._wake = threading.Event()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def request(self, producers: set[Any]) -> None:
         """Have ``producers`` flushed soon; returns at once."""
@@ -35,9 +37,6 @@ class BatchFlusher:
             if self._closed:
                 return
             self._wanted |= producers
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
         self._wake.set()
 
     def close(self) -> None:

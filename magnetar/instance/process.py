@@ -230,8 +230,10 @@ def run_instance_process(
     except Exception as failure:
         error = f"{type(failure).__name__}: {failure}"
     finally:
-        if state is not None:
-            state.close()
-        if client is not None:
-            client.close()
-        reports.put(InstanceExit(spec.instance_id, error))
+        try:
+            if state is not None:
+                state.close()
+            if client is not None:
+                client.close()  # may fail (no memory left for its threads): still report
+        finally:
+            reports.put(InstanceExit(spec.instance_id, error))

@@ -2,7 +2,11 @@
 Apache Pulsar's own pulsar-admin (both need Java 17 and the jars ``make apache-pulsar``
 fetches), and a local cluster of worker processes."""
 
-from magnetar.testing.apache_pulsar import CLASSPATH_FILE, ApachePulsarStandalone
+from magnetar.testing.apache_pulsar import (
+    CLASSPATH_FILE,
+    ApachePulsarStandalone,
+    TokenAuthorization,
+)
 from magnetar.testing.cluster import LocalCluster, WorkerProcess, wait_until
 from magnetar.testing.exceptions import ApachePulsarError
 from magnetar.testing.processes import descendants_named
@@ -16,6 +20,7 @@ __all__ = [
     "ApachePulsarStandalone",
     "LocalCluster",
     "PulsarAdmin",
+    "TokenAuthorization",
     "WorkerProcess",
     "descendants_named",
     "wait_until",

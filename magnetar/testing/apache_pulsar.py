@@ -7,7 +7,9 @@
 on free loopback ports (binary protocol, HTTP admin API, bookie), with its data in a directory
 of its own, the functions worker off (Magnetar is the functions worker) and a bounded heap.
 Compaction and deduplication are there, switched on per topic or namespace through the admin
-API, as on any Apache Pulsar cluster.
+API, as on any Apache Pulsar cluster. With ``authorization=TokenAuthorization(...)`` the broker
+authenticates every client by its token (HS256, ``AuthenticationProviderToken``) and authorizes
+each topic operation by its role, as a production cluster does.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
+import jwt
 
 from magnetar.broker import dying_with_parent, find_free_port
 from magnetar.testing._jvm import ClassSharing, archive_path, java
 from magnetar.testing.exceptions import ApachePulsarError
 
-__all__ = ["CLASSPATH_FILE", "ApachePulsarError", "ApachePulsarStandalone"]
+__all__ = ["CLASSPATH_FILE", "ApachePulsarError", "ApachePulsarStandalone", "TokenAuthorization"]
 
 CLASSPATH_FILE = Path(__file__).resolve().parents[2] / "apache-pulsar" / "classpath.txt"
 """Where ``make apache-pulsar`` writes the broker's classpath (in a source checkout)."""
@@ -82,6 +86,43 @@ diskUsageWarnThreshold=0.99
 dbStorage_rocksDB_writeBufferSizeMB=4
 dbStorage_rocksDB_sstSizeInMB=4
 """
+
+# Token authentication and role authorization; the broker's own clients (the standalone
+# creating public/default, the broker talking to itself) use a superuser's token.
+_AUTHORIZATION_CONFIG = """\
+authenticationEnabled=true
+authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
+tokenSecretKey=file://{key_file}
+authorizationEnabled=true
+superUserRoles={superusers}
+brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
+brokerClientAuthenticationParameters=token:{broker_token}
+"""
+
+
+@dataclass(frozen=True)
+class TokenAuthorization:
+    """Token authentication and authorization on: tokens are HS256 JWTs signed with
+    ``secret_key`` whose ``sub`` is the role (as ``pulsar tokens create`` makes them);
+    ``superuser_roles`` may do everything, the first of them is the broker's own role."""
+
+    secret_key: bytes = field(repr=False)
+    superuser_roles: tuple[str, ...] = ("admin",)
+
+    def __post_init__(self) -> None:
+        if len(self.secret_key) < 32:
+            raise ApachePulsarError("an HS256 secret key has at least 32 bytes")
+        if not self.superuser_roles:
+            raise ApachePulsarError("the broker needs a superuser role for its own clients")
+
+    def token(self, role: str) -> str:
+        """A token for ``role``, without expiry."""
+        return jwt.encode({"sub": role}, self.secret_key, algorithm="HS256")
+
+    @property
+    def superuser_token(self) -> str:
+        return self.token(self.superuser_roles[0])
+
 
 _LOG4J = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -149,8 +190,9 @@ class ApachePulsarStandalone:
     load (right for tests, not for benchmarks). The classes loaded by the first start are
     archived (class data sharing), which makes every later start cheaper. ``classpath`` (a
     Java classpath, e.g. a Pulsar distribution's ``lib/*``) or ``classpath_file`` replace the
-    classpath ``make apache-pulsar`` wrote. The process ends when its parent does (on Linux),
-    and :meth:`stop` shuts it down gracefully.
+    classpath ``make apache-pulsar`` wrote. ``authorization`` turns token authentication and
+    authorization on (:meth:`admin` then calls as the first superuser). The process ends when
+    its parent does (on Linux), and :meth:`stop` shuts it down gracefully.
     """
 
     def __init__(
@@ -164,7 +206,9 @@ class ApachePulsarStandalone:
         quick_start: bool = False,
         classpath: str | None = None,
         classpath_file: str | os.PathLike[str] = CLASSPATH_FILE,
+        authorization: TokenAuthorization | None = None,
     ) -> None:
+        self.authorization = authorization
         self.data_dir = Path(data_dir)
         self.host = host
         self.heap_mb = heap_mb
@@ -205,9 +249,16 @@ class ApachePulsarStandalone:
         return self.data_dir / "pulsar.log"
 
     def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One call of the admin API (``path`` from ``/admin/v2/...``)."""
+        """One call of the admin API (``path`` from ``/admin/v2/...``), as a superuser when
+        authorization is on (unless ``headers`` say otherwise)."""
         kwargs.setdefault("timeout", 30)
+        kwargs["headers"] = {**self._superuser_headers(), **(kwargs.get("headers") or {})}
         return httpx.request(method, self.admin_url + path, **kwargs)
+
+    def _superuser_headers(self) -> dict[str, str]:
+        if self.authorization is None:
+            return {}
+        return {"Authorization": f"Bearer {self.authorization.superuser_token}"}
 
     def start(self) -> ApachePulsarStandalone:
         """Start the JVM and wait until the broker serves ``public/default``."""
@@ -259,6 +310,7 @@ class ApachePulsarStandalone:
                 shutdown_ms=5000,
                 keep_alive_s=self.keep_alive_s,
             )
+            + self._authorization_config()
         )
         command = [
             java,
@@ -302,6 +354,20 @@ class ApachePulsarStandalone:
                 start_new_session=True,  # Ctrl-C reaches the test run, which stops it last
             )
 
+    def _authorization_config(self) -> str:
+        """The settings of token authorization, its key in a file for the broker alone."""
+        if self.authorization is None:
+            return ""
+        key_file = self.data_dir / "token-secret.key"
+        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(self.authorization.secret_key)
+        return _AUTHORIZATION_CONFIG.format(
+            key_file=key_file.resolve(),
+            superusers=",".join(self.authorization.superuser_roles),
+            broker_token=self.authorization.superuser_token,
+        )
+
     def _wait_until_serving(self) -> None:
         """Until the admin API lists ``public/default``, which the standalone creates once its
         broker runs; the JVM's exit or the timeout raises with the log's end."""
@@ -323,7 +389,9 @@ class ApachePulsarStandalone:
                 )
             path, wanted = questions[0]
             try:
-                answer = httpx.get(self.admin_url + path, timeout=2)
+                answer = httpx.get(
+                    self.admin_url + path, headers=self._superuser_headers(), timeout=2
+                )
                 if answer.status_code == 200 and wanted in answer.json():
                     questions.pop(0)
                     if not questions:

@@ -31,8 +31,13 @@ class BrokerAdmin:
     """The admin API of one Apache Pulsar cluster, at ``url`` (``http://broker:8080``)."""
 
     def __init__(
-        self, url: str, timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None
+        self,
+        url: str,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
+        """``token``: the worker's own, sent as ``Bearer`` to a broker with authentication."""
         self.url = url.rstrip("/")
         # A short connect timeout: a worker starting an instance waits on an unreachable broker.
         # Redirects are followed: a broker that does not own a topic answers 307 with its owner.
@@ -41,6 +46,7 @@ class BrokerAdmin:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, _CONNECT_TIMEOUT_S)),
             transport=transport,
             follow_redirects=True,
+            headers={"Authorization": f"Bearer {token}"} if token else None,
         )
 
     def close(self) -> None:
@@ -131,6 +137,16 @@ class BrokerAdmin:
             _topic_path(topic) + "/deduplicationEnabled",
             f"turn on deduplication for {topic}",
             json=True,
+        )
+
+    def grant_permission(self, topic: str, role: str, actions: list[str]) -> None:
+        """Grant ``role`` ``actions`` (``produce``, ``consume``) on ``topic`` (an existing
+        one: the broker answers 404 for others)."""
+        self._call(
+            "POST",
+            _topic_path(topic) + f"/permissions/{path_segment(role)}",
+            f"grant {role} {'/'.join(actions)} on {topic}",
+            json=actions,
         )
 
     # --- the HTTP exchange ----------------------------------------------------------------

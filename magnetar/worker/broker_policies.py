@@ -17,6 +17,11 @@ Pulsar these are the policies Magnetar's design relies on:
   (see ``magnetar.instance.partition_outputs``), and the broker drops a message whose sequence
   id is not above the last one it stored for that producer name: the outputs of inputs
   replayed after a crash are not stored twice.
+* **A function's role may use its own state topics.** With authorization on, the broker
+  refuses a function's role everything in the system namespace; its state journal and
+  snapshot topics live there (``magnetar.statestore.journal``), and the instance, connected
+  with its function's credentials, produces and consumes them. The worker grants the role
+  ``produce`` and ``consume`` on those two topics, and on nothing else of the namespace.
 
 Every failure is logged and never raised: the worker goes on without the policy.
 """
@@ -29,16 +34,21 @@ import threading
 from collections.abc import Callable
 
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+from magnetar.statestore.journal import journal_topic, snapshot_topic
 from magnetar.topics import full_topic_name
 from magnetar.worker.broker_admin import FOREVER, BrokerAdmin
 from magnetar.worker.config import WorkerConfig
-from magnetar.worker.exceptions import BrokerAdminError, BrokerAdminUnreachableError
+from magnetar.worker.exceptions import (
+    BrokerAdminError,
+    BrokerAdminUnreachableError,
+    WorkerConfigError,
+)
 from magnetar.worker.runtime import InstanceSpec, Runtime, RuntimeHandle
 
 __all__ = [
     "COMPACTION_THRESHOLD_BYTES",
     "BrokerPolicies",
-    "DeduplicatingRuntime",
+    "BrokerPreparedRuntime",
     "broker_policies",
 ]
 
@@ -55,6 +65,7 @@ class BrokerPolicies:
         self._admin = admin
         self._lock = threading.Lock()
         self._deduplicated: dict[str, bool] = {}
+        self._granted: set[tuple[str, str]] = set()
 
     @property
     def admin(self) -> BrokerAdmin:
@@ -142,6 +153,30 @@ class BrokerPolicies:
             self._deduplicated[output] = decided
             return decided
 
+    def grant_state_topics(self, fqfn: str, role: str, namespace: str) -> bool:
+        """Let ``role`` produce to and consume from the journal and snapshot topics of
+        ``fqfn`` (in the system namespace ``namespace``), once per function and role; True if
+        it may."""
+        with self._lock:
+            if (fqfn, role) in self._granted:
+                return True
+            topics = (journal_topic(fqfn, namespace), snapshot_topic(fqfn, namespace))
+            try:
+                for topic in topics:
+                    self._admin.create_topic(topic)
+                    self._admin.grant_permission(topic, role, ["produce", "consume"])
+            except BrokerAdminError as error:
+                log.error(
+                    "broker admin: %s; %s cannot keep state with its role %r until it is "
+                    "granted (tried again when an instance of it starts)",
+                    error,
+                    fqfn,
+                    role,
+                )
+                return False
+            self._granted.add((fqfn, role))
+            return True
+
     def _deduplicate(self, fqfn: str, output: str) -> bool:
         if not output.startswith("persistent://"):
             log.warning(
@@ -161,13 +196,16 @@ class BrokerPolicies:
         return True
 
 
-class DeduplicatingRuntime:
-    """A :class:`Runtime` that has the broker deduplicate an EFFECTIVELY_ONCE instance's output
-    before the wrapped runtime starts it (admin failures are logged; the instance starts)."""
+class BrokerPreparedRuntime:
+    """A :class:`Runtime` that has the broker ready for an instance before the wrapped runtime
+    starts it: an EFFECTIVELY_ONCE output deduplicated, and, when the instance connects with
+    its function's role, that role granted its state topics (in ``state_namespace``). Admin
+    failures are logged; the instance starts."""
 
-    def __init__(self, runtime: Runtime, policies: BrokerPolicies) -> None:
+    def __init__(self, runtime: Runtime, policies: BrokerPolicies, state_namespace: str) -> None:
         self._runtime = runtime
         self._policies = policies
+        self._state_namespace = state_namespace
 
     def prepare(self) -> None:
         self._runtime.prepare()
@@ -177,6 +215,8 @@ class DeduplicatingRuntime:
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         self._policies.ensure_deduplication(spec.config)
+        if spec.role is not None:
+            self._policies.grant_state_topics(spec.fqfn, spec.role, self._state_namespace)
         return self._runtime.start(spec)
 
 
@@ -184,4 +224,14 @@ def broker_policies(config: WorkerConfig) -> BrokerPolicies | None:
     """The policies for ``config.pulsar_admin_url``; None without one: nothing is asked."""
     if not config.pulsar_admin_url:
         return None
-    return BrokerPolicies(BrokerAdmin(config.pulsar_admin_url, config.request_timeout_s))
+    connection = config.broker_connection
+    try:
+        token = connection.bearer_token() if connection is not None else None
+    except OSError as error:
+        raise WorkerConfigError(
+            f"cannot read the worker's broker token ({config.broker_client_authentication_plugin}"
+            f"): {error}"
+        ) from None
+    return BrokerPolicies(
+        BrokerAdmin(config.pulsar_admin_url, config.request_timeout_s, token=token)
+    )

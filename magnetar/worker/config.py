@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from magnetar.client import Connection
 from magnetar.worker.exceptions import WorkerConfigError
 from magnetar.worker.isolation import parse_uid_range
 
@@ -58,6 +59,17 @@ class WorkerConfig(BaseModel):
     its tenants and namespaces are the ones functions live in (``broker_tenancy``); unset (the
     embedded broker has no admin API), nothing is asked of the broker and the workers keep
     tenants and namespaces in the metadata topic (``tenancy``)."""
+    broker_client_authentication_plugin: str | None = None
+    """How the worker authenticates to the broker (its binary protocol and its admin API), by
+    Pulsar's client plugin class name, as Pulsar's ``brokerClientAuthenticationPlugin``:
+    ``org.apache.pulsar.client.impl.auth.AuthenticationToken`` on a broker with token
+    authentication. The worker's role must be a superuser of the broker (it reads and
+    writes the system namespace and grants functions their state topics). Instances of the
+    process runtime never use it: they connect with their function's credentials (those of
+    the thread runtime share the worker's client)."""
+    broker_client_authentication_parameters: str | None = None
+    """The plugin's parameters (``token:<jwt>``, ``file:///path/to/token``), as Pulsar's
+    ``brokerClientAuthenticationParameters``."""
     heartbeat_interval_s: float = Field(default=0.5, gt=0)
     """How often the worker announces itself."""
     liveness_timeout_s: float = Field(default=3.0, gt=0)
@@ -206,6 +218,16 @@ class WorkerConfig(BaseModel):
         return self
 
     @property
+    def broker_connection(self) -> Connection | None:
+        """The worker's own credentials for the broker; None without any."""
+        if not self.broker_client_authentication_plugin:
+            return None
+        return Connection(
+            self.broker_client_authentication_plugin,
+            self.broker_client_authentication_parameters,
+        )
+
+    @property
     def instance_log_dir(self) -> Path:
         """Where the instances' log files are (``functions/<tenant>/...`` under it)."""
         return self.data_dir / "logs"
@@ -219,7 +241,7 @@ class WorkerConfig(BaseModel):
 
 
 _ENV_PREFIX = "MAGNETAR_"
-SECRET_SETTINGS = ("cluster_key", "token_secret_key")
+SECRET_SETTINGS = ("cluster_key", "token_secret_key", "broker_client_authentication_parameters")
 """Settings that give a worker's powers to whoever reads them."""
 
 

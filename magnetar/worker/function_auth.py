@@ -118,6 +118,10 @@ class FunctionAccess:
             return None
         return Connection(TOKEN_AUTH_PLUGIN, f"token:{auth.token}")
 
+    def role(self, auth: FunctionAuthData | None) -> str | None:
+        """The role the instance connects as (None when it connects without credentials)."""
+        return auth.role if self.connection(auth) is not None and auth is not None else None
+
     def publish_policy(self, auth: FunctionAuthData | None) -> PublishPolicy:
         """Never the system namespace; with authentication on, other tenants' topics only
         for a superuser's function."""

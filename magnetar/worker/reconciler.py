@@ -123,6 +123,7 @@ class InstanceReconciler:
                     spec,
                     connection=self._access.connection(auth),
                     publish_policy=self._access.publish_policy(auth),
+                    role=self._access.role(auth),
                 )
             desired[key] = spec
         self._runtime.apply(desired)

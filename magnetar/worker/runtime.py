@@ -102,6 +102,9 @@ class InstanceSpec:
     without any, as with authentication off)."""
     publish_policy: PublishPolicy = ANYWHERE
     """Where its ``context.publish`` may reach."""
+    role: str | None = None
+    """The role ``connection`` authenticates as (None without credentials): the broker
+    grants it the function's state topics."""
 
     @property
     def key(self) -> str:
@@ -208,6 +211,9 @@ class InstanceLogs:
 
 # --- process runtime ------------------------------------------------------------------------
 
+
+_MEMORY_STOP_GRACE_S = 2.0
+"""How long an instance over its ``resources.ram`` may take to stop before it is killed."""
 
 _ORPHAN_GRACE_S = 10.0
 """How long an instance whose worker died may drain before it exits anyway."""
@@ -337,6 +343,8 @@ class _ProcessHandle:
         self._process = process
         self._ram_bytes = ram_bytes
         self._killed_for = ""
+        self._kill_at = 0.0
+        """When an instance asked to stop for its memory is killed if it has not stopped."""
         self._reports: _Pipe | None = reports
         self._on_exit: Callable[[], None] | None = None
         self._in_flight_path = in_flight_path
@@ -412,14 +420,25 @@ class _ProcessHandle:
 
     def enforce_limits(self) -> None:
         ram, pid = self._ram_bytes, self._process.pid
-        if ram is None or pid is None or self._killed_for:
+        if self._killed_for:
+            if time.monotonic() >= self._kill_at:
+                self._process.kill()
+            return
+        if ram is None or pid is None:
             return
         resident = _resident_bytes(pid)
         if resident is not None and resident > ram:
             self._killed_for = (
                 f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
             )
-            self._process.kill()
+            # Stopped, then killed if it has not stopped within the grace (meanwhile a Python
+            # function's data is held by RLIMIT_DATA, a JavaScript one's by its V8 heap
+            # limit). Stopped, it acknowledges what it finished; killed outright, every input
+            # it had answered is handed to its next process again, and a kill while the
+            # broker writes to it leaves its consumers behind on pulsar-lite, whose healer
+            # then restarts the broker under every other function (see broker_healer).
+            self._kill_at = time.monotonic() + _MEMORY_STOP_GRACE_S
+            self._process.terminate()
 
     def in_flight(self) -> InFlight | None:
         if self._in_flight_read:

@@ -22,7 +22,11 @@ from magnetar.statestore import StateQueryService
 from magnetar.worker.admission import Admission, AdmissionLimits
 from magnetar.worker.assignments import AssignmentManager
 from magnetar.worker.auth import AdminAuth, RoleAuthorizer, TokenAuthenticator, read_key
-from magnetar.worker.broker_policies import BrokerPolicies, DeduplicatingRuntime, broker_policies
+from magnetar.worker.broker_policies import (
+    BrokerPolicies,
+    BrokerPreparedRuntime,
+    broker_policies,
+)
 from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.cluster_key import ClusterKey, PeerSeal, RecordSeal
 from magnetar.worker.config import WorkerConfig
@@ -82,7 +86,9 @@ class WorkerService:
         self._policies = broker_policies(config)
         if self._policies is not None:
             self._policies.prepare_system_namespace(config)
-        client = self._client = create_client(config.broker_url, log_to_python=True)
+        client = self._client = create_client(
+            config.broker_url, connection=config.broker_connection, log_to_python=True
+        )
         try:
             check_system_topics(
                 client,
@@ -96,7 +102,17 @@ class WorkerService:
             raise
         # Instances on threads get a client of their own: a client logging to Python costs
         # every message a trip into the interpreter (see magnetar.client).
-        self._data_client = create_client(config.broker_url) if config.runtime == "thread" else None
+        if config.runtime == "thread" and config.broker_connection is not None:
+            log.warning(
+                "runtime 'thread' runs functions on a broker client with the worker's own "
+                "credentials: on a broker with authorization they may do whatever the worker "
+                "may (use the process runtime for code you do not trust)"
+            )
+        self._data_client = (
+            create_client(config.broker_url, connection=config.broker_connection)
+            if config.runtime == "thread"
+            else None
+        )
         # the package cache and state of every tenant: for the worker's user alone
         secure_directory(config.data_dir)
         self.packages = PackageStore(
@@ -163,7 +179,7 @@ class WorkerService:
             preconnect=not config.authentication_enabled,
         )
         if self._policies is not None:
-            runtime = DeduplicatingRuntime(runtime, self._policies)
+            runtime = BrokerPreparedRuntime(runtime, self._policies, config.system_namespace)
         self.runtime = RuntimeManager(
             runtime,
             config.worker_id,

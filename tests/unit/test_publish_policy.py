@@ -52,7 +52,9 @@ def test_a_functions_access_follows_its_submitter() -> None:
     assert access.publish_policy(tenant_admin) == OWN_TENANT
     connection = access.connection(tenant_admin)
     assert connection is not None and connection.auth_params == "token:t2"
+    assert access.role(tenant_admin) == "acme-admin"  # granted its state topics as that role
     # authentication off: no credentials, every tenant (as before), still not the system's
     open_access = FunctionAccess(False, [], "public/magnetar")
     assert open_access.connection(tenant_admin) is None
+    assert open_access.role(tenant_admin) is None
     assert open_access.publish_policy(None) == SYSTEM

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,13 @@ from magnetar.worker.broker_admin import BrokerAdmin
 from magnetar.worker.broker_policies import (
     COMPACTION_THRESHOLD_BYTES,
     BrokerPolicies,
-    DeduplicatingRuntime,
+    BrokerPreparedRuntime,
     broker_policies,
 )
 from magnetar.worker.config import WorkerConfig, load_worker_config
 from magnetar.worker.exceptions import WorkerConfigError
 from magnetar.worker.runtime import InstanceSpec, RuntimeHandle
+from tests.worker.conftest import InProcessCluster
 
 ADMIN_URL = "http://pulsar.test:8080"
 SYSTEM = "persistent://public/magnetar"
@@ -371,7 +372,7 @@ def test_the_runtime_deduplicates_before_starting_an_instance(
     inner = RecordingRuntime()
     spec = InstanceSpec("public/default/counter", 0, exactly_once(), 1)
 
-    handle = DeduplicatingRuntime(inner, policies).start(spec)
+    handle = BrokerPreparedRuntime(inner, policies, "public/magnetar").start(spec)
 
     assert isinstance(handle, StartedHandle) and handle.spec == spec
     assert inner.started == ["public/default/counter:0"]
@@ -386,12 +387,132 @@ def test_the_instance_starts_even_when_the_admin_api_is_unreachable(
     spec = InstanceSpec("public/default/counter", 0, exactly_once(), 1)
 
     with caplog.at_level(logging.ERROR):
-        DeduplicatingRuntime(inner, policies).start(spec)
+        BrokerPreparedRuntime(inner, policies, "public/magnetar").start(spec)
     policies.close()
 
     assert inner.started == ["public/default/counter:0"]
     assert "cannot be reached" in caplog.text
     assert "runs without broker-side deduplication" in caplog.text
+
+
+# --- a function's role and its state topics --------------------------------------------
+
+
+def _grants(fake: FakePulsarAdmin) -> list[tuple[str, Any]]:
+    return [(path, body) for method, path, body in fake.calls if "/permissions/" in path]
+
+
+def test_the_functions_role_is_granted_its_own_state_topics_once(
+    policies: BrokerPolicies, fake: FakePulsarAdmin
+) -> None:
+    fake.namespaces.add("public/magnetar")
+    inner = RecordingRuntime()
+    runtime = BrokerPreparedRuntime(inner, policies, "public/magnetar")
+    spec = InstanceSpec("acme/prod/a-b", 0, FunctionConfig(name="a-b", inputs=["in"]), 1)
+
+    runtime.start(replace(spec, role="acme-admin"))
+    runtime.start(replace(spec, instance_id=1, role="acme-admin"))
+    runtime.start(replace(spec, fqfn="acme/prod/other"))  # no credentials: nothing to grant
+
+    # created first (Pulsar answers 404 for a grant on a missing topic), then granted
+    assert f"{SYSTEM}/state-acme-prod-a=2Db" in fake.topics
+    assert _grants(fake) == [
+        (f"/admin/v2/persistent/public/magnetar/{name}/permissions/acme-admin", actions)
+        for name in ("state-acme-prod-a=2Db", "snapshots-acme-prod-a=2Db")
+        for actions in (["produce", "consume"],)
+    ]
+    assert inner.started == ["acme/prod/a-b:0", "acme/prod/a-b:1", "acme/prod/other:0"]
+
+
+def test_a_refused_grant_is_logged_the_instance_starts_and_the_next_start_tries_again(
+    policies: BrokerPolicies, fake: FakePulsarAdmin, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.namespaces.add("public/magnetar")
+    fake.refuse["/permissions/acme-admin"] = (403, "Don't have permission")
+    inner = RecordingRuntime()
+    runtime = BrokerPreparedRuntime(inner, policies, "public/magnetar")
+    spec = InstanceSpec(
+        "acme/prod/f", 0, FunctionConfig(name="f", inputs=["in"]), 1, role="acme-admin"
+    )
+
+    with caplog.at_level(logging.ERROR):
+        runtime.start(spec)
+    del fake.refuse["/permissions/acme-admin"]
+    runtime.start(spec)
+
+    assert "acme/prod/f cannot keep state with its role 'acme-admin'" in caplog.text
+    assert "Don't have permission" in caplog.text
+    assert inner.started == ["acme/prod/f:0", "acme/prod/f:0"]
+    assert len(_grants(fake)) == 1 + 2
+
+
+# --- the worker's own credentials ----------------------------------------------------------
+
+
+def test_the_admin_api_is_called_with_the_workers_token() -> None:
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Authorization"))
+        return httpx.Response(200, json=["standalone"])
+
+    with_token = BrokerAdmin(ADMIN_URL, transport=httpx.MockTransport(answer), token="t0k")
+    without = BrokerAdmin(ADMIN_URL, transport=httpx.MockTransport(answer))
+    with_token.clusters()
+    without.clusters()
+
+    assert seen == ["Bearer t0k", None]
+
+
+TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+
+
+def test_the_workers_broker_token_is_read_as_pulsars_client_reads_it(tmp_path: Path) -> None:
+    token_file = tmp_path / "worker.token"
+    token_file.write_text("from-a-file\n")
+
+    def token(params: str, plugin: str = TOKEN_PLUGIN) -> str | None:
+        config = WorkerConfig(
+            broker_client_authentication_plugin=plugin,
+            broker_client_authentication_parameters=params,
+        )
+        assert config.broker_connection is not None
+        return config.broker_connection.bearer_token()
+
+    assert token("token:abc") == "abc"
+    assert token(token_file.as_uri()) == "from-a-file"
+    assert token(f"file:{token_file}") == "from-a-file"
+    assert token("abc") == "abc"
+    assert token("{}", plugin="org.apache.pulsar.client.impl.auth.AuthenticationTls") is None
+    assert WorkerConfig().broker_connection is None
+
+
+def test_a_missing_broker_token_file_is_a_config_error(tmp_path: Path) -> None:
+    config = WorkerConfig(
+        pulsar_admin_url=ADMIN_URL,
+        broker_client_authentication_plugin=TOKEN_PLUGIN,
+        broker_client_authentication_parameters=(tmp_path / "gone.token").as_uri(),
+    )
+    with pytest.raises(WorkerConfigError, match=r"cannot read the worker's broker token .*gone"):
+        broker_policies(config)
+
+
+def test_functions_on_threads_would_use_the_workers_credentials_and_the_worker_says_so(
+    broker_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="magnetar.worker.service"):
+        cluster = InProcessCluster(
+            broker_url,
+            tmp_path,
+            size=1,
+            broker_client_authentication_plugin=TOKEN_PLUGIN,
+            broker_client_authentication_parameters="token:worker",  # pulsar-lite takes any
+        )
+    cluster.stop()
+
+    assert "runtime 'thread' runs functions on a broker client with the worker's own" in (
+        caplog.text
+    )
 
 
 # --- configuration -------------------------------------------------------------------------

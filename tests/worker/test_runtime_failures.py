@@ -4,6 +4,7 @@ that kills the process is that message's failure (retried, then dead-lettered)."
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pulsar
@@ -249,3 +250,80 @@ def test_an_allocation_beyond_resources_ram_fails_that_message_with_memory_error
     assert status.latest_user_exceptions[0].exception_string == (
         "MemoryError: out of memory (the instance is limited by resources.ram)"
     )
+
+
+KEEPER = """
+kept = []
+
+def process(input):
+    kept.append(b"k" * (16 * 1024 * 1024))
+    return input + "!"
+"""
+
+
+def test_a_function_that_keeps_memory_is_stopped_for_memory_not_threads(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    # Memory the function holds on to is gone for the instance's own threads too: none of
+    # them may start late, or the instance dies of "can't start new thread" instead. The
+    # inputs wait before it starts, so that one chunk of them fills its memory before the
+    # first batch of outputs is flushed.
+    produce(client, topic, [f"m{i}" for i in range(20)])
+    config = function_config(
+        py=write_function(tmp_path, KEEPER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": 128 * 1024 * 1024},
+        subscription_position="Earliest",
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS)
+    manager.apply(specs)
+
+    first = {"m0!", "m1!", "m2!"}
+    assert first <= set(receive_until(client, f"{topic}-out", first))
+
+    def errors() -> list[str]:
+        status = manager.status(key)
+        assert status is not None
+        found = [status.error, *(e.exception_string for e in status.latest_system_exceptions)]
+        return [*filter(None, found), *(e.exception_string for e in status.latest_user_exceptions)]
+
+    # What the chunk left behind: it ran out of memory, and said so (the messages failed
+    # with MemoryError, or the instance was killed over its limit), never of threads.
+    memory = ("out of memory: over resources.ram", "MemoryError: out of memory")
+    wait_for(lambda: bool(errors()), timeout=10)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert [e for e in errors() if not e.startswith(memory)] == []
+        time.sleep(0.1)
+
+
+@pytest.mark.brokers("lite")
+def test_an_instance_over_its_ram_is_stopped_before_it_is_killed(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    # Stopped, it finishes what it was given and acknowledges it: none of its outputs comes
+    # twice (killed outright, inputs it had answered were handed to it again). A process
+    # killed while the broker writes to it also leaves its consumers behind on pulsar-lite,
+    # whose healer then restarts the broker under every other function.
+    config = function_config(
+        py=write_function(tmp_path, LEAKER),
+        inputs=[topic],
+        output=f"{topic}-out",
+        resources={"ram": 160 * 1024 * 1024},
+        subscription_position="Earliest",
+    )
+    inputs = [f"m{i}" for i in range(24)]
+    produce(client, topic, inputs)
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
+    manager.apply(specs)
+
+    outputs = receive_until(client, f"{topic}-out", {f"{i}!" for i in inputs}, timeout=60)
+    status = manager.status(key)
+    assert status is not None and status.num_restarts >= 2
+    assert status.latest_system_exceptions[0].exception_string.startswith(
+        "out of memory: over resources.ram"
+    )
+    assert sorted(outputs) == sorted(f"{i}!" for i in inputs)

@@ -65,7 +65,7 @@ class Sealed:
         for worker in self.cluster.workers:
             url = f"{worker.config.admin_url}{FUNCTIONS}/{self.name}"
             assert httpx.get(url, timeout=10).status_code == 200
-        word = uuid.uuid4().hex[:8]
+        word = f"w{uuid.uuid4().hex[:8]}"  # never all digits, which the SerDe makes an int
         producer = self.client.create_producer(self.input)
         producer.send(word.encode())
         producer.close()
