@@ -32,6 +32,7 @@ from typing import Any
 import pulsar
 from rocksdict import Options, Rdict, WriteBatch
 
+from magnetar.client import open_reader
 from magnetar.positions import NOTHING, AppliedPositions, Position
 from magnetar.statestore.exceptions import StateJournalError, StateStoreError
 from magnetar.statestore.records import (
@@ -161,7 +162,7 @@ class StateTable:
     def _checkpoint_in_journal(self) -> bool:
         """Whether the journal holds the message the checkpoint names."""
         checkpoint = pulsar.MessageId.deserialize(self._position_id)
-        reader = self._client.create_reader(self.topic, checkpoint, start_message_id_inclusive=True)
+        reader = open_reader(self._client, self.topic, checkpoint, start_message_id_inclusive=True)
         try:
             found = reader.read_next(_CHECKPOINT_READ_MS).message_id()
         except pulsar.Timeout:
