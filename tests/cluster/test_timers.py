@@ -1,6 +1,7 @@
 """Timers (createTimer/cancelTimer) on real workers: fired, cancelled, replaced, past-due and
 recurring timers as the output topic shows them; counters in status; the REST and CLI
-listing; kept by stop/start, removed by delete; none lost to kill -9 of the owning worker."""
+listing; kept by stop/start, removed by delete; none lost to kill -9 of the owning worker or
+of the leader, nor to a parallelism change."""
 
 from __future__ import annotations
 
@@ -199,42 +200,73 @@ DUE_AFTER_S = 1.5
 """The failover timers are due soon after the kill: their lateness is the failover's."""
 
 
-@pytest.mark.brokers("lite", "apache")
-def test_kill_9_of_the_owning_worker_loses_no_timer(
-    cluster: Cluster, cluster_client: pulsar.Client
-) -> None:
+def two_workers(cluster: Cluster) -> list[Worker]:
     workers = [cluster.start_worker(f"w{i}", wait=False) for i in (1, 2)]
     for worker in workers:
         cluster.wait_ready(worker)
     wait_until(
         lambda: len(cluster.get(workers[0], "/admin/v2/worker/cluster")) == 2, 10, "membership"
     )
+    return workers
+
+
+def arm_twenty(client: pulsar.Client, inputs: str, worker: Worker, name: str) -> float:
+    """Twenty timers r0..r19 of ``name`` (through its ``inputs``), due from ``DUE_AFTER_S``
+    on, 0.1 s apart; when they were armed."""
+    now = time.time()
+    send(
+        client,
+        inputs,
+        *({"arm": f"r{i}", "at": now + DUE_AFTER_S + i * 0.1, "note": "x"} for i in range(20)),
+    )
+    wait_until(lambda: len(listing(worker, name)) == 20, 15, "20 pending timers")
+    return now
+
+
+def all_fire_after(consumer: Any, survivor: Worker, name: str, armed_at: float) -> None:
+    """Every one of the twenty timers fires, none before its time, and none is left."""
+    references = [f"r{i}" for i in range(20)]
+    fired = firings(consumer, references, 60)
+    assert sorted({f["fired"] for f in fired}) == sorted(references)
+    lateness = [f["at"] - (armed_at + DUE_AFTER_S + int(f["fired"][1:]) * 0.1) for f in fired]
+    assert all(late >= 0 for late in lateness), lateness  # never before their time
+    assert max(lateness) < 30, lateness  # the liveness timeout, a restart, on a busy machine
+    wait_until(lambda: listing(survivor, name) == [], 15, "no pending timer")
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_kill_9_of_the_owning_worker_loses_no_timer(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = two_workers(cluster)
     inputs, output = create_reminders(cluster, workers[0], "failover")
     consumer = cluster_client.subscribe(output, "test")
-    now = time.time()
-    references = [f"r{i}" for i in range(20)]
-    send(
-        cluster_client,
-        inputs,
-        *(
-            {"arm": r, "at": now + DUE_AFTER_S + i * 0.1, "note": r}
-            for i, r in enumerate(references)
-        ),
-    )
-    wait_until(lambda: len(listing(workers[0], "failover")) == 20, 15, "20 pending timers")
+    armed_at = arm_twenty(cluster_client, inputs, workers[0], "failover")
     owner = next(
         w
         for w in workers
         if any("failover" in i for i in cluster.assignments(workers[0]).get(w.worker_id, []))
     )
     owner.kill(with_instances=True)
-    survivor = next(w for w in workers if w is not owner)
-    fired = firings(consumer, references, 60)
-    assert sorted({f["fired"] for f in fired}) == sorted(references)
-    lateness = [f["at"] - (now + DUE_AFTER_S + int(f["fired"][1:]) * 0.1) for f in fired]
-    assert all(late >= 0 for late in lateness), lateness  # never before their time
-    assert max(lateness) < 30, lateness  # the liveness timeout, a restart, on a busy machine
-    wait_until(lambda: listing(survivor, "failover") == [], 15, "no pending timer")
+    all_fire_after(consumer, next(w for w in workers if w is not owner), "failover", armed_at)
+    consumer.close()
+
+
+def test_kill_9_of_the_leader_loses_no_timer(
+    cluster: Cluster, cluster_client: pulsar.Client
+) -> None:
+    workers = two_workers(cluster)
+    inputs, output = create_reminders(cluster, workers[0], "headless", parallelism=2)
+    consumer = cluster_client.subscribe(output, "test")
+    armed_at = arm_twenty(cluster_client, inputs, workers[0], "headless")
+    leader_id = cluster.leader_id(workers[0])
+    leader = next(w for w in workers if w.worker_id == leader_id)
+    held = cluster.assignments(workers[0]).get(leader_id, [])
+    assert any("headless" in i for i in held), held  # the leader owns timers too
+    leader.kill(with_instances=True)
+    survivor = next(w for w in workers if w is not leader)
+    all_fire_after(consumer, survivor, "headless", armed_at)
+    assert cluster.leader_id(survivor) == survivor.worker_id
     consumer.close()
 
 
