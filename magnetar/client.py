@@ -13,6 +13,14 @@ connection, so there the client asks the broker its name first (one handshake) a
 nothing: the readers would cost some 0.3 s a client there. A broker that asks for credentials
 before it says its name is no pulsar-lite (which has no authentication) either.
 
+Readers are opened with ``open_reader``, never ``client.create_reader``: the client library
+names a reader's subscription with a random generator it seeds once, when it is loaded, so
+every process forked after ``import pulsar`` (each instance, from the workers' fork server)
+draws the same names in the same order. On pulsar-lite two readers of one topic with one
+name share a subscription, and a new reader with a name used before resumes where that one
+stopped: an instance's state table then silently missed journal messages another
+instance's reader had read (a timer armed before a rescale never fired).
+
 A control-plane client (``create_client(..., log_to_python=True)``: the worker's own) sends
 the client library's log into Python's logging (logger ``magnetar.pulsar_client``) at
 Magnetar's levels: its INFO chatter is DEBUG here, and so is what the embedded broker makes
@@ -30,6 +38,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +54,7 @@ __all__ = [
     "create_client",
     "may_deduplicate",
     "newest_first",
+    "open_reader",
     "subscribe",
 ]
 
@@ -152,6 +162,7 @@ def create_client(
         return client
     try:
         for _ in range(random.randrange(_ID_SPREAD)):
+            # a plain reader: only its consumer id counts, not its subscription's name
             client.create_reader(_SPREAD_TOPIC, pulsar.MessageId.latest).close()
     except Exception as error:  # only an optimization: subscribe() still retries
         log.debug("spreading consumer ids failed: %s", error)
@@ -193,6 +204,18 @@ def subscribe(client: pulsar.Client, topic: Any, subscription: str, **kwargs: An
                 subscription,
             )
     return client.subscribe(topic, subscription, **kwargs)
+
+
+def open_reader(client: pulsar.Client, topic: str, start_message_id: Any, **kwargs: Any) -> Any:
+    """``client.create_reader`` on a subscription no other reader has (see the module doc):
+    its name starts with random bytes of the operating system's, which a fork does not
+    copy."""
+    return client.create_reader(
+        topic,
+        start_message_id,
+        subscription_role_prefix=f"magnetar-{uuid.uuid4().hex[:16]}",
+        **kwargs,
+    )
 
 
 _latest_ns = [0]

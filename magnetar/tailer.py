@@ -16,6 +16,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.client import open_reader
 from magnetar.positions import Position, more_in_batch, position
 
 __all__ = ["TopicTailer"]
@@ -62,7 +63,7 @@ class TopicTailer:
         self._probe_lock = threading.Lock()
 
     def start(self) -> None:
-        self._reader = self._client.create_reader(self._topic, self._last_id)
+        self._reader = open_reader(self._client, self._topic, self._last_id)
         self._thread = threading.Thread(target=self._run, name=f"tail-{self._name}", daemon=True)
         self._thread.start()
 
@@ -147,7 +148,7 @@ class TopicTailer:
             log.warning("the %s reader stopped delivering; reopening it", self._name)
             stalled, self._reader = (
                 self._reader,
-                self._client.create_reader(self._topic, self._last_id),
+                open_reader(self._client, self._topic, self._last_id),
             )
             self._last_progress = now
             try:
@@ -184,7 +185,7 @@ class TopicTailer:
         the last message read."""
         if self._probe is None or self._probe_after != after:
             self._drop_probe()
-            self._probe = self._client.create_reader(self._topic, last, receiver_queue_size=1)
+            self._probe = open_reader(self._client, self._topic, last, receiver_queue_size=1)
             self._probe_after = after
         return self._probe
 

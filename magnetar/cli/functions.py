@@ -12,6 +12,7 @@ from magnetar.cli.function_admin import register_admin_commands
 from magnetar.cli.interrupts import STOP
 from magnetar.cli.localrun import localrun
 from magnetar.cli.state import putstate, querystate
+from magnetar.cli.timers import timers
 
 __all__ = ["functions"]
 
@@ -27,4 +28,5 @@ def functions(ctx: click.Context) -> None:
 register_admin_commands(functions)
 functions.add_command(querystate)
 functions.add_command(putstate)
+functions.add_command(timers)
 functions.add_command(localrun)

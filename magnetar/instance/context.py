@@ -20,6 +20,7 @@ from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.secrets import SecretsProvider
 from magnetar.instance.serde import SerDe, load_serde
 from magnetar.instance.state import StateStore
+from magnetar.instance.timers import Timers, TimersUnavailable
 from magnetar.instance.windowing.window import Window
 from magnetar.topics import base_topic
 
@@ -38,6 +39,13 @@ _MESSAGE_CONF_KEYS = frozenset(
         "deliver_after",
     }
 )
+
+
+def _no_callbacks(callback: Any) -> str:
+    raise InstanceError(
+        "timers are available to functions whose process is a plain (not async) function or "
+        "method, not to async or window functions"
+    )
 
 
 class MessagePublisher(Protocol):
@@ -86,6 +94,12 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
         self.message: Any = None
         self.topic: str = ""
         self.window: Window | None = None
+        self.timers: Timers | TimersUnavailable = TimersUnavailable(
+            f"function {config.fqfn} cannot use timers: timers are kept in the function's "
+            "state, and this instance runs without a state store"
+        )
+        """Set by the instance when its function can use timers."""
+        self.timer_callback_name: Callable[[Any], str] = _no_callbacks
 
     def set_message(self, message: Any, topic: str) -> None:
         """Point the context at the message about to be processed."""
@@ -222,6 +236,22 @@ class InstanceContext(_SdkContext):  # type: ignore[misc]
     def ack(self, msgid: Any, topic: str) -> None:
         """Acknowledge a message (MANUAL processing guarantees, or autoAck=false)."""
         self._publisher.ack(msgid, base_topic(topic))
+
+    # --- timers -------------------------------------------------------------------------
+
+    def create_timer(
+        self, callback: Callable[..., Any], when: Any, reference: str, payload: Any = None
+    ) -> None:
+        """Arm a timer: at ``when`` (epoch seconds or a datetime) or later, ``callback`` (a
+        method of the function's class or a function of its module) is called as
+        ``callback(payload, context)`` and what it returns is published like a result of
+        ``process``. Arming ``reference`` again replaces its pending timer. The timer is
+        durable once the input being processed is acknowledged."""
+        self.timers.arm(self.timer_callback_name(callback), when, reference, payload)
+
+    def cancel_timer(self, reference: str) -> bool:
+        """Cancel the pending timer ``reference``; whether there was one."""
+        return self.timers.cancel(reference)
 
     # --- state --------------------------------------------------------------------------
 

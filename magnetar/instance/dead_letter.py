@@ -39,12 +39,21 @@ class DeadLetters:
             full_topic_name(config.dead_letter_topic) if config.dead_letter_topic else None
         )
         self._suffix = "-" + config.subscription_name.replace("/", "-") + "-DLQ"
+        inputs = sorted(config.input_serdes()) or ["timers"]
+        self._first_input = full_topic_name(inputs[0])
         self._sender = sender
         self._producer_for = producer_for
 
     def topic_for(self, message: Any) -> str:
         """The dead-letter topic of a message from ``message.topic_name()``."""
         return self._topic or message.topic_name() + self._suffix
+
+    def send_timer(self, chunk: Chunk, payload: bytes, properties: dict[str, str]) -> str:
+        """Send a given-up timer as part of ``chunk``: to ``deadLetterTopic``, or the
+        default dead-letter topic of the function's first input; the topic."""
+        topic = self._topic or self._first_input + self._suffix
+        self._sender.send(chunk, self._producer_for(topic), payload, {"properties": properties})
+        return topic
 
     def send(self, chunk: Chunk, message: Any) -> str:
         """Send ``message`` to its dead-letter topic as part of ``chunk`` (the caller puts

@@ -30,3 +30,7 @@ class InvocationTimeoutError(InstanceError):
 class ArchiveLimitError(FunctionLoadError):
     """A code package passes an unpacking limit, or holds an entry that may not be unpacked;
     the message names the limit (the worker setting)."""
+
+
+class TimerCallbackError(InstanceError):
+    """A JavaScript timer callback failed; the message is the script's error."""

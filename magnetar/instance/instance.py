@@ -9,7 +9,8 @@ hop, lock or Python callback. ``FunctionInstance`` is the facade over the parts:
 * ``python_runner`` / ``script_runner``: the function over a chunk (Python, or JavaScript);
 * ``failures`` and ``dead_letter``: retries with backoff and the dead-letter topic;
 * ``outputs`` and ``delivery``: the producers, and sends tracked per chunk;
-* ``acknowledgement``: acknowledging (or redelivering) a chunk once its sends settle.
+* ``acknowledgement``: acknowledging (or redelivering) a chunk once its sends settle;
+* ``timer_runner`` (set up by ``timer_setup``): firing the due timers between chunks.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from magnetar.instance.schemas import input_schema_serdes, output_schema_serde
 from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
+from magnetar.instance.timer_runner import TimerRunner
+from magnetar.instance.timer_setup import TimerPlumbing
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.instance.windowing.runner import WindowRunner
 
@@ -123,6 +126,7 @@ class FunctionInstance:
         self._acknowledger: Acknowledger | None = None
         self._runner: Runner | None = None
         self._context: InstanceContext | None = None
+        self._timers: TimerRunner | None = None
         self.error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -242,6 +246,8 @@ class FunctionInstance:
             self._runner = self._python_runner(python, logger, secrets, retries, failures, acking)
         if isinstance(self._runner, WindowRunner):
             self._runner.open()
+        if self._timers is not None:
+            self._timers.open()
         inputs.subscribe()
 
     def _python_runner(
@@ -307,6 +313,9 @@ class FunctionInstance:
                 InFlightRecord(options.in_flight_path, capacity=max_pending),
                 EarlierCrashes(options.earlier_crashes),
             )
+        self._timers = self._timer_plumbing(logger).python(
+            python.function, context, python.output_serde
+        )
         return PythonRunner(
             Invoker(python.function, context, self.metrics, config.timeout_ms),
             python.input_serdes,
@@ -321,6 +330,20 @@ class FunctionInstance:
             acking,
             InFlightRecord(options.in_flight_path),
             EarlierCrashes(options.earlier_crashes),
+        )
+
+    def _timer_plumbing(self, logger: logging.Logger) -> TimerPlumbing:
+        assert self._outputs is not None
+        return TimerPlumbing(
+            self.config,
+            self.options,
+            self._state,
+            self._outputs,
+            self._sender,
+            self.metrics,
+            logger,
+            lambda: self._chunk,
+            self._check_publish,
         )
 
     def _load_python(self) -> _PythonCode:
@@ -358,7 +381,7 @@ class FunctionInstance:
         acking: Acking,
         stop_on_error: bool,
     ) -> Runner:
-        from magnetar.instance.javascript import open_executor
+        from magnetar.instance.javascript import open_executor, read_script
         from magnetar.instance.script_runner import ScriptRunner
 
         assert self._outputs is not None
@@ -371,6 +394,9 @@ class FunctionInstance:
             secrets,
             stop_on_error=stop_on_error and acking.after_processing,
             url_hosts=self.options.url_hosts,
+        )
+        self._timers = self._timer_plumbing(logger).script(
+            script, read_script(self.config.js or "")
         )
         return ScriptRunner(
             script,
@@ -416,10 +442,16 @@ class FunctionInstance:
             if windows is not None:
                 self._feed_windows(windows, inputs, acknowledger)
             else:
+                timers = self._timers
+                wake_in_s = timers.wake_in_s() if timers is not None else None
                 # no more input ready: the open batches go now, not after their delay
-                received = inputs.receive(acknowledger.unacked > 0, runner.busy, idle=flush)
+                received = inputs.receive(
+                    acknowledger.unacked > 0, runner.busy, wake_in_s, idle=flush
+                )
                 if received or runner.busy:
                     self._process_chunk(received)
+                if timers is not None and timers.due():
+                    self._fire_timers(timers)
             acknowledger.acknowledge_completed()
             outputs.close_idle()
             if inputs.rewind_requested:
@@ -448,6 +480,11 @@ class FunctionInstance:
         due_in_s = windows.due_in_s()
         if received or (due_in_s is not None and due_in_s <= 0):
             self._process_chunk(received)
+
+    def _fire_timers(self, timers: TimerRunner) -> None:
+        chunk = self._chunk = Chunk()
+        timers.fire_due(chunk)
+        self._seal(chunk)
 
     def _process_chunk(self, received: list[Received]) -> None:
         assert self._acknowledger is not None and self._runner is not None
@@ -491,6 +528,13 @@ class FunctionInstance:
         if self._acknowledger is None:
             return
         self._acknowledger.wait(self.options.drain_timeout_s)
+        if self._timers is not None and self._timers.removals:
+            # the fired timers are removed now, so a restart fires none of them again
+            chunk = self._chunk = Chunk()
+            self._timers.remove_settled()
+            self._seal(chunk)
+            self._sender.flush()
+            self._acknowledger.wait(self.options.drain_timeout_s)
         if isinstance(self._runner, WindowRunner) and self._outputs is not None:
             # the checkpoint of the windows fired so far, so a restart fires none again
             chunk = self._chunk = Chunk()

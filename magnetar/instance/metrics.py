@@ -80,6 +80,12 @@ class MetricsSnapshot:
     last_minute: WindowCounts = field(default_factory=WindowCounts)
     dead_lettered: int = 0
     """Messages sent to the dead-letter topic after their retries were used up."""
+    timers_fired: int = 0
+    timers_pending: int = 0
+    """The function's pending timers (reported by instance 0 only, so sums add up)."""
+    timer_lateness_p50_ms: float = 0.0
+    timer_lateness_p99_ms: float = 0.0
+    """How late the recent firings were, after their due time."""
 
     def status(self) -> dict[str, Any]:
         """The instance part of Pulsar's FunctionStatus."""
@@ -99,6 +105,9 @@ class MetricsSnapshot:
                 "lastInvocationTime": self.last_invocation_ms,
                 "workerId": self.worker_id,
                 "numDeadLettered": self.dead_lettered,
+                "numTimersFired": self.timers_fired,
+                "numTimersPending": self.timers_pending,
+                "timerLatenessP99Ms": self.timer_lateness_p99_ms,
             },
         }
 
@@ -116,6 +125,10 @@ class MetricsSnapshot:
                 "1min": self.last_minute.to_json(),
                 "lastInvocation": self.last_invocation_ms,
                 "deadLetteredTotal": self.dead_lettered,
+                "timersFiredTotal": self.timers_fired,
+                "timersPending": self.timers_pending,
+                "timerLatenessP50Ms": self.timer_lateness_p50_ms,
+                "timerLatenessP99Ms": self.timer_lateness_p99_ms,
                 "userMetrics": self.user_metrics_json(),
             },
         }
@@ -144,6 +157,9 @@ class InstanceMetrics:
     user_exceptions: int = 0
     system_exceptions: int = 0
     dead_lettered: int = 0
+    timers_fired: int = 0
+    timers_pending: int = 0
+    timer_lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     latency_total_s: float = 0.0
     latency_count: int = 0
     last_invocation_ms: int = 0
@@ -197,6 +213,10 @@ class InstanceMetrics:
             },
             last_minute=self._last_minute(),
             dead_lettered=self.dead_lettered,
+            timers_fired=self.timers_fired,
+            timers_pending=self.timers_pending,
+            timer_lateness_p50_ms=float(_percentile(self.timer_lateness_ms, 0.5)),
+            timer_lateness_p99_ms=float(_percentile(self.timer_lateness_ms, 0.99)),
         )
 
     def _last_minute(self) -> WindowCounts:
@@ -225,6 +245,11 @@ class InstanceMetrics:
             system_exceptions=mark[4] - first[4],
             average_latency_ms=latency_s * 1000,
         )
+
+
+def _percentile(values: deque[int], fraction: float) -> int:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)] if ordered else 0
 
 
 def _info(error: BaseException | str) -> ExceptionInfo:

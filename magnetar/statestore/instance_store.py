@@ -189,6 +189,35 @@ class JournaledStateStore:
             self._index(self._seq, self._current)
             self._current = []
 
+    def commit_unsourced(self) -> None:
+        """The current updates came from no input (a timer's firing): they become one record
+        without an input position, so EFFECTIVELY_ONCE's replay check leaves it alone."""
+        if not self._count:
+            return
+        self._seq += 1
+        self._records.append(RECORD_HEADER.pack(self._seq, 0, self._count) + self._buf)
+        self._buf = bytearray()
+        self._count = 0
+        if self._table is not None:
+            self._index(self._seq, self._current)
+            self._current = []
+
+    def open(self) -> None:
+        """Materialize the table now rather than on the first read (timers fire without
+        any input to read state for)."""
+        if self._table is None:
+            self._open_table()
+
+    def scan(self, start: str, stop: str, limit: int) -> list[tuple[str, bytes | int]]:
+        """Up to ``limit`` keys ``start`` <= key < ``stop`` of the table, in order, with
+        their values (a counter's as an int). The instance's own updates the table does
+        not hold yet are not in it: read a key found to see them."""
+        table = self._table or self._open_table()
+        return [
+            (key.decode(), entry[1])
+            for key, entry in table.scan(start.encode(), stop.encode(), limit)
+        ]
+
     def rollback(self) -> None:
         """The current input failed: forget its updates (it will be processed again)."""
         self._buf = bytearray()

@@ -81,6 +81,16 @@ class StateQueryService:
         table.catch_up(self._timeout_s)
         return table.get(key)
 
+    def scan(self, fqfn: str, start: str, stop: str, limit: int) -> list[tuple[str, StateEntry]]:
+        """Up to ``limit`` keys ``start`` <= key < ``stop`` in order, with their state, once
+        everything journaled before the call is applied."""
+        table = self._table(fqfn)
+        table.catch_up(self._timeout_s)
+        return [
+            (key.decode(), StateEntry.of(entry))
+            for key, entry in table.scan(start.encode(), stop.encode(), limit)
+        ]
+
     def put(
         self,
         fqfn: str,

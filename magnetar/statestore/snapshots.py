@@ -21,6 +21,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.client import open_reader
 from magnetar.positions import Position, position
 from magnetar.statestore.journal import last_message_id
 
@@ -93,7 +94,7 @@ def load_latest_snapshot(
     last = last_message_id(client, topic)
     if last is None:
         return None
-    reader = client.create_reader(topic, last, start_message_id_inclusive=True)
+    reader = open_reader(client, topic, last, start_message_id_inclusive=True)
     try:
         message = reader.read_next(_READ_TIMEOUT_MS)
     finally:
@@ -115,7 +116,7 @@ def load_latest_snapshot(
 def _entries(
     client: pulsar.Client, topic: str, first: Any, snapshot_id: str, parts: int
 ) -> Iterator[tuple[bytes, bytes]]:
-    reader = client.create_reader(topic, first, start_message_id_inclusive=True)
+    reader = open_reader(client, topic, first, start_message_id_inclusive=True)
     try:
         seen = 0
         last: Position = (-1, -1, -1)

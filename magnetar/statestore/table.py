@@ -32,6 +32,7 @@ from typing import Any
 import pulsar
 from rocksdict import Options, Rdict, WriteBatch
 
+from magnetar.client import open_reader
 from magnetar.positions import NOTHING, AppliedPositions, Position
 from magnetar.statestore.exceptions import StateJournalError, StateStoreError
 from magnetar.statestore.records import (
@@ -161,7 +162,7 @@ class StateTable:
     def _checkpoint_in_journal(self) -> bool:
         """Whether the journal holds the message the checkpoint names."""
         checkpoint = pulsar.MessageId.deserialize(self._position_id)
-        reader = self._client.create_reader(self.topic, checkpoint, start_message_id_inclusive=True)
+        reader = open_reader(self._client, self.topic, checkpoint, start_message_id_inclusive=True)
         try:
             found = reader.read_next(_CHECKPOINT_READ_MS).message_id()
         except pulsar.Timeout:
@@ -218,6 +219,22 @@ class StateTable:
         """A key's entry and how far this process's own records have been applied."""
         with self.lock:
             return self._lookup(key), self._confirmed_seq
+
+    def scan(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, Entry]]:
+        """Up to ``limit`` entries with ``start`` <= key < ``stop``, in key order. What was
+        applied is written first, so the database alone answers in order."""
+        self.flush()
+        found: list[tuple[bytes, Entry]] = []
+        with self.lock:
+            if self._db is None:
+                return found
+            low, high = _KEY + start, _KEY + stop
+            for key, raw in self._db.items(from_key=low):
+                raw_key = key if isinstance(key, bytes) else str(key).encode()
+                if raw_key >= high or len(found) >= limit:
+                    break
+                found.append((raw_key[len(_KEY) :], decode_entry(raw)))
+        return found
 
     def _lookup(self, key: bytes) -> Entry | None:
         entry = self._dirty.get(key, _MISSING)

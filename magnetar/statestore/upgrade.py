@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pulsar
 
+from magnetar.client import open_reader
 from magnetar.positions import position
 from magnetar.statestore.exceptions import StateJournalError
 from magnetar.statestore.journal import (
@@ -81,7 +82,7 @@ def _copy(client: pulsar.Client, source: str, target: str) -> int:
     if last is None:
         return 0
     end = position(last)
-    reader = client.create_reader(source, pulsar.MessageId.earliest)
+    reader = open_reader(client, source, pulsar.MessageId.earliest)
     producer = client.create_producer(target, batching_enabled=False)
     count = 0
     try:

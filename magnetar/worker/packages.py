@@ -34,6 +34,7 @@ from typing import IO, Any
 
 import pulsar
 
+from magnetar.client import open_reader
 from magnetar.positions import Position, position
 from magnetar.topics import full_topic_name
 from magnetar.worker.exceptions import PackageError
@@ -243,7 +244,8 @@ class PackageStore:
     def _open_reader(self, start: Any, ref: PackageRef, where: str) -> Any:
         # Always a new reader, never seek(): seek() is unreliable on pulsar-lite.
         try:
-            return self._client.create_reader(
+            return open_reader(
+                self._client,
                 self._topic,
                 start,
                 start_message_id_inclusive=True,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.client import open_reader
 from magnetar.worker.cluster_key import SEAL_PROPERTY
 from magnetar.worker.exceptions import ForeignSystemTopicError
 
@@ -42,7 +43,7 @@ def check_system_topics(client: pulsar.Client, metadata_topic: str, assignments_
 
 def _first_message(client: pulsar.Client, topic: str) -> Any:
     """The topic's first message, None when it has none."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=1)
+    reader = open_reader(client, topic, pulsar.MessageId.earliest, receiver_queue_size=1)
     try:
         try:
             if not reader.has_message_available():

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulsar
 
+from magnetar.client import open_reader
 from magnetar.instance.config import FunctionConfig
 from magnetar.topics import full_topic_name
 from magnetar.worker.exceptions import TriggerError, TriggerTimeoutError
@@ -51,8 +52,8 @@ class FunctionTrigger:
         reader = None
         try:
             if config.output:
-                reader = self._client.create_reader(
-                    full_topic_name(config.output), pulsar.MessageId.latest
+                reader = open_reader(
+                    self._client, full_topic_name(config.output), pulsar.MessageId.latest
                 )
             producer = self._client.create_producer(target, batching_enabled=False)
             try:

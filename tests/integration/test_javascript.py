@@ -341,7 +341,7 @@ def test_no_host_access(
     wait_for(lambda: instance.metrics.user_exceptions == 2)
     errors = [e["exceptionString"] for e in status(instance)["latestUserExceptions"]]
     assert errors[0].startswith("ReferenceError: require is not defined")
-    assert errors[1].startswith("Error: timers are not available")
+    assert errors[1].startswith("Error: setTimeout/setInterval are not available")
 
 
 def test_state_without_a_store_says_it_is_not_configured(

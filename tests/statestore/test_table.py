@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -204,3 +206,52 @@ def test_a_malformed_journal_message_is_skipped(
         table.catch_up(TIMEOUT)
     assert "skipping message" in caplog.text
     assert table.get("a") == counter(2, 0)
+
+
+FORKED_TABLES = """
+import os, sys
+from pathlib import Path
+
+import pulsar  # before the forks, as in the workers' fork server
+
+url, topic, root = sys.argv[1:4]
+children = []
+for index in range(3):
+    pid = os.fork()
+    if pid == 0:
+        from magnetar.statestore import StateTable
+
+        client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        table = StateTable(client, topic, Path(root) / str(index)).start()
+        try:
+            table.catch_up(10)
+            entry = table.get("a")
+            print(index, None if entry is None else entry.counter, flush=True)
+        except Exception as error:
+            print(index, repr(error), flush=True)
+        table.stop()
+        client.close()
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+"""
+
+
+def test_tables_in_processes_forked_after_the_client_was_loaded_each_apply_the_whole_journal(
+    broker_url: str, fqfn: str, journal: Callable[..., Journal], tmp_path: Path
+) -> None:
+    """Instances are forked from one process, so the client library's random reader names
+    were the same in each: on pulsar-lite their state tables shared a subscription and each
+    missed what the others read (a timer armed before a rescale never fired)."""
+    writer = journal()
+    for entry in range(5):
+        writer.send((entry, [incr("a")]))
+    forked = subprocess.run(
+        [sys.executable, "-c", FORKED_TABLES, broker_url, journal_topic(fqfn), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert sorted(forked.stdout.splitlines()) == ["0 5", "1 5", "2 5"], forked.stderr

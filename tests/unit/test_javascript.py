@@ -128,6 +128,7 @@ EXAMPLE_SCRIPTS = {
     "fragile.js": None,
     "json_transform.js": None,
     "publish.js": None,
+    "reminders.js": None,
     "user_config.js": "greet",
     "word_count.js": None,
 }

@@ -10,7 +10,12 @@ from magnetar.instance.javascript._engine import (
     DEFAULT_TIMEOUT_MS,
     read_script,
 )
-from magnetar.instance.javascript._executor import ScriptExecutor, ScriptOutcome, ScriptRun
+from magnetar.instance.javascript._executor import (
+    ScriptExecutor,
+    ScriptOutcome,
+    ScriptRun,
+    TimerFiring,
+)
 from magnetar.instance.javascript._loader import (
     check_script,
     check_script_file,
@@ -24,6 +29,7 @@ __all__ = [
     "ScriptExecutor",
     "ScriptOutcome",
     "ScriptRun",
+    "TimerFiring",
     "check_script",
     "check_script_file",
     "open_executor",

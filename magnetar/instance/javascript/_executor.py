@@ -48,9 +48,10 @@ from magnetar.instance.javascript._engine import Interruption, ScriptEngine
 from magnetar.instance.javascript._prelude import RUNTIME_GLOBAL
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.state import StateStore
+from magnetar.instance.timers import Timer, Timers, TimersUnavailable
 from magnetar.topics import base_topic
 
-__all__ = ["ScriptExecutor", "ScriptOutcome", "ScriptRun"]
+__all__ = ["ScriptExecutor", "ScriptOutcome", "ScriptRun", "TimerFiring"]
 
 _LEVELS = {
     "DEBUG": logging.DEBUG,
@@ -80,6 +81,32 @@ class ScriptOutcome:
     wrote_state: bool = False
     """The function updated its state (the updates are applied when the outcome is handed
     out)."""
+
+
+class TimerFiring:
+    """A timer's firing, run through the executor like an input message: the script's
+    top-level callback is called with the timer's stored context."""
+
+    def __init__(self, timer: Timer) -> None:
+        self.timer = timer
+
+    def data(self) -> bytes:
+        return json.dumps(self.timer.payload).encode()
+
+    def topic_name(self) -> str:
+        return ""
+
+    def message_id(self) -> str:
+        return f"timer {self.timer.reference!r}"
+
+    def partition_key(self) -> str:
+        return ""
+
+    def event_timestamp(self) -> int:
+        return 0
+
+    def properties(self) -> dict[str, str]:
+        return {}
 
 
 class ScriptExecutor:
@@ -113,6 +140,10 @@ class ScriptExecutor:
         self._json_inputs = dict(json_inputs)
         self._json_patterns = json_patterns
         self.call_id = 0
+        self.timers: Timers | TimersUnavailable = TimersUnavailable(
+            "timers need the function's state store, and this instance runs without one"
+        )
+        """What ``createTimer``/``cancelTimer`` arm and cancel (set by the instance)."""
         self.log_effects(engine.load_logs)
 
     def close(self) -> None:
@@ -124,6 +155,8 @@ class ScriptExecutor:
         return ScriptRun(self, messages, [self._row(message) for message in messages])
 
     def _row(self, message: Any) -> list[Any]:
+        if isinstance(message, TimerFiring):
+            return [json.dumps(message.timer.payload), True, message.timer.callback]
         try:
             text: str | None = message.data().decode()
         except UnicodeDecodeError:
@@ -348,6 +381,13 @@ class ScriptRun(Iterator[ScriptOutcome]):
                     executor.metrics.record_user_metric(effect[1], float(effect[2]))
                 elif kind == "a":
                     outcome.ack = True
+                elif kind == "t":
+                    outcome.wrote_state = True
+                    timer_context = json.loads(effect[4])
+                    executor.timers.arm(effect[1], effect[2] / 1000, effect[3], timer_context)
+                elif kind == "x":
+                    outcome.wrote_state = True
+                    executor.timers.cancel(effect[1])
                 else:
                     outcome.wrote_state = True
                     if kind == "i":
@@ -357,7 +397,14 @@ class ScriptRun(Iterator[ScriptOutcome]):
                     else:
                         state.put(effect[1], _utf8(effect[2]))
             except Exception as error:  # what a Python function's context would have raised
-                outcome.error = f"updating state key {effect[1]!r} failed: {_describe(error)}"
+                what = (
+                    f"timer {effect[3]!r}"
+                    if kind == "t"
+                    else f"timer {effect[1]!r}"
+                    if kind == "x"
+                    else f"state key {effect[1]!r}"
+                )
+                outcome.error = f"updating {what} failed: {_describe(error)}"
                 outcome.publishes = outcome.output = None
                 self.discard()  # V8 believes the update was made
                 return

@@ -17,7 +17,10 @@ effects]`` (success), ``[1, error, logEffects]`` (user exception), ``[2, reason]
 forgetState)``, answers ``{call, r: results, next, need?}``: results of the inputs from
 ``start`` to ``next``, and what to fetch (a state key, or the metadata), if anything.
 Effects: ``["p", topic, payload, properties|null]``, ``["i", key, amount]``, ``["d", key]``,
-``["s", key, text]``, ``["l", level, text]``, ``["m", name, value]``, ``["a"]``.
+``["s", key, text]``, ``["l", level, text]``, ``["m", name, value]``, ``["a"]``, and the
+timers' ``["t", callback, due ms, reference, context JSON]`` and ``["x", reference]``. A
+timer's firing is an input ``[context JSON, true, callback]``: the script's top-level
+``callback(context)`` is called instead of the function.
 """
 
 from __future__ import annotations
@@ -220,6 +223,65 @@ PRELUDE = (
     },
   });
 
+  // Couchbase Eventing's timers: createTimer(callback, date, reference, context) arms a
+  // timer (effect ["t", callback name, due ms, reference, context JSON]); cancelTimer
+  // (callback, reference) cancels one (["x", reference]) and says whether one was pending,
+  // which it reads like a state key (the key the Python side keeps the timer under).
+  const TIMER_KEY = '\u0000timer/ref/';
+
+  function timerReference(method, reference) {
+    inMessage(method);
+    if (typeof reference !== 'string' || reference === '') {
+      throw new TypeError(method + ' needs a non-empty string reference, got ' + text(reference));
+    }
+    if (!settings.stateEnabled) throw new Error(settings.stateError);
+    return TIMER_KEY + reference;
+  }
+
+  global.createTimer = function createTimer(callback, date, reference, timerContext) {
+    const key = timerReference('createTimer', reference);
+    if (typeof callback !== 'function' || !callback.name || global[callback.name] !== callback) {
+      throw new TypeError('createTimer needs a top-level function of the script as its ' +
+                          'callback, got ' + text(callback));
+    }
+    const due = date instanceof Date ? date.getTime() : date;
+    if (typeof due !== 'number' || !Number.isFinite(due)) {
+      throw new TypeError('createTimer needs a Date (or epoch milliseconds), got ' + text(date));
+    }
+    let payload;
+    try {
+      payload = stringify(timerContext === undefined ? null : timerContext);
+    } catch (e) {
+      throw new TypeError('the context of timer ' + reference + ' has no JSON form: ' + e.message);
+    }
+    if (payload === undefined) {
+      throw new TypeError('the context of timer ' + reference + ' has no JSON form');
+    }
+    ownValues.set(key, payload);
+    effects.push(['t', callback.name, due, reference, payload]);
+    return reference;
+  };
+
+  global.cancelTimer = function cancelTimer(callback, reference) {
+    const key = timerReference('cancelTimer', reference);
+    let pending;
+    if (ownValues.has(key)) pending = ownValues.get(key);
+    else if (!values.has(key)) need('v', key);
+    else pending = values.get(key);
+    ownValues.set(key, null);
+    effects.push(['x', reference]);
+    return pending !== null && pending !== undefined;
+  };
+
+  function timerCallback(name) {
+    const callback = global[name];
+    if (typeof callback !== 'function') {
+      throw new TypeError('the timer callback ' + name + ' is not a top-level function of ' +
+                          'the script');
+    }
+    return callback;
+  }
+
   // The message succeeded: its writes become what the cache knows of the store.
   function commit() {
     for (const [key, entry] of ownCounters) {
@@ -255,7 +317,9 @@ PRELUDE = (
     }
     let output;
     try {
-      output = encode(fn(value, context), settings.outputJson, 'the returned value');
+      // a timer's firing: [context JSON, true, callback name], called as callback(context)
+      const result = input.length > 2 ? timerCallback(input[2])(value) : fn(value, context);
+      output = encode(result, settings.outputJson, 'the returned value');
     } catch (e) {
       if (needKey !== null) return NEEDS_FETCH;
       return [1, describe(e), effects.filter((effect) => effect[0] === 'l')];
@@ -341,9 +405,11 @@ PRELUDE = (
     log: consoleLog('INFO'), info: consoleLog('INFO'), debug: consoleLog('DEBUG'),
     warn: consoleLog('WARNING'), error: consoleLog('ERROR'),
   });
-  // Timers would run outside any message: a function runs synchronously, message by message.
+  // Timers would run outside any message: a function runs synchronously, message by message
+  // (createTimer runs code later, durably).
   const noTimers = function () {
-    throw new Error('timers are not available: a function processes each message synchronously');
+    throw new Error('setTimeout/setInterval are not available: a function processes each ' +
+                    'message synchronously; use createTimer(callback, date, reference, context)');
   };
   global.setTimeout = noTimers;
   global.setInterval = noTimers;

@@ -53,6 +53,19 @@ _SERIES: list[tuple[str, str, str, Any]] = [
         "Messages sent to the dead-letter topic after their retries",
         lambda s: s.dead_lettered,
     ),
+    ("timers_fired_total", "counter", "Timers fired", lambda s: s.timers_fired),
+    (
+        "timers_pending",
+        "gauge",
+        "The function's pending timers (on instance 0)",
+        lambda s: s.timers_pending,
+    ),
+    (
+        "timer_lateness_p99_ms",
+        "gauge",
+        "Lateness of recent timer firings after their due time, p99, ms",
+        lambda s: s.timer_lateness_p99_ms,
+    ),
     ("restarts_total", "counter", "Restarts of the instance", lambda s: s.num_restarts),
     (
         "avg_process_latency_ms",

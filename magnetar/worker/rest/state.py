@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from magnetar.instance.timers import pending_timers
 from magnetar.statestore import (
     MAX_VALUE_BYTES,
     InvalidStateUpdateError,
@@ -37,6 +38,7 @@ state_router = APIRouter(prefix="/admin/v3/functions", tags=["state"])
 _MAX_FORM_PART = 4 * MAX_VALUE_BYTES
 """Room for the largest value, base64-encoded, in the ``state`` part."""
 _INT64 = (-(2**63), 2**63 - 1)
+_MAX_TIMERS_LISTED = 100_000
 
 
 def _services(request: Request) -> tuple[RestServices, StateQueryService]:
@@ -66,6 +68,27 @@ def get_state(request: Request, tenant: str, namespace: str, name: str, key: str
     if entry is None:
         raise ApiError(404, f"key '{key}' doesn't exist.")
     return function_state(key, entry)
+
+
+@state_router.get("/{tenant}/{namespace}/{name}/timers")
+def get_timers(
+    request: Request, tenant: str, namespace: str, name: str, limit: int = 1000
+) -> list[dict[str, Any]]:
+    """The function's pending timers, soonest first (at most ``limit``), once this worker
+    has applied the journal up to its end."""
+    services, state = _services(request)
+    fqfn = f"{tenant}/{namespace}/{name}"
+    _epoch(services, fqfn)
+    if not 1 <= limit <= _MAX_TIMERS_LISTED:
+        raise ApiError(400, f"limit must be 1 to {_MAX_TIMERS_LISTED}, not {limit}")
+
+    def scan(start: str, stop: str, count: int) -> list[tuple[str, bytes | None]]:
+        return [(key, entry.value) for key, entry in state.scan(fqfn, start, stop, count)]
+
+    try:
+        return [timer.to_json() for timer in pending_timers(scan, limit)]
+    except StateJournalError as error:
+        raise ApiError(503, str(error)) from None
 
 
 @state_router.post("/{tenant}/{namespace}/{name}/state/{key:path}", status_code=204)

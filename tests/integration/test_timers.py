@@ -1,0 +1,189 @@
+"""Timers on one instance with its journaled state store (real broker, real RocksDB): a
+JavaScript handler in Couchbase Eventing's style, and what a Python function is told when it
+arms a timer wrongly or its callback keeps failing."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
+from magnetar.statestore import JournaledStateStore, StateOptions
+from tests.conftest import EXAMPLES
+from tests.integration.conftest import collect, produce
+
+RunStateful = Callable[..., FunctionInstance]
+
+
+@pytest.fixture
+def run_stateful(client: pulsar.Client, tmp_path: Path) -> Iterator[RunStateful]:
+    started: list[tuple[FunctionInstance, JournaledStateStore]] = []
+
+    def start(**fields: Any) -> FunctionInstance:
+        fields.setdefault("name", f"timers-{uuid.uuid4().hex[:8]}")
+        fields.setdefault("subscription_position", "Earliest")
+        config = FunctionConfig(**fields)
+        state = JournaledStateStore(
+            client,
+            config.fqfn,
+            # a namespace Apache Pulsar has from the start (a worker creates its own)
+            StateOptions(str(tmp_path / f"state-{len(started)}"), namespace="public/default"),
+        )
+        instance = FunctionInstance(
+            config, client, InstanceOptions(retry_delay_ms=100), state=state
+        )
+        started.append((instance.start(), state))
+        return instance
+
+    yield start
+    for instance, _ in started:
+        instance.stop()
+    for instance, state in started:
+        assert instance.wait(30)
+        state.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def status(instance: FunctionInstance) -> dict[str, Any]:
+    result: dict[str, Any] = instance.snapshot().status()["status"]
+    return result
+
+
+@pytest.mark.brokers("lite", "apache")
+def test_javascript_timers_in_couchbase_style(
+    client: pulsar.Client, run_stateful: RunStateful, topic: str
+) -> None:
+    now = time.time()
+    commands = [
+        {"arm": "late", "at": now - 5, "note": "past due"},
+        {"arm": "soon", "at": now + 0.5, "note": "first"},
+        {"arm": "soon", "at": now + 1.0, "note": "replaced"},
+        {"arm": "never", "at": now + 1.0, "note": "cancelled"},
+        {"cancel": "never"},
+        {"cancel": "unknown"},
+        {"every": "tick", "seconds": 0.2, "times": 3},
+    ]
+    produce(client, topic, [json.dumps(c) for c in commands])
+    instance = run_stateful(
+        js=str(EXAMPLES / "reminders.js"),
+        inputs=[topic],
+        custom_serde_inputs={topic: "json"},
+        output=f"{topic}-out",
+    )
+    got = [json.loads(m.data()) for m in collect(client, f"{topic}-out", 7, timeout=20)]
+    assert [o for o in got if "cancelled" in o] == [
+        {"cancelled": "never", "was_pending": True},
+        {"cancelled": "unknown", "was_pending": False},
+    ]
+    fired = [(o["fired"], o.get("note"), o.get("left")) for o in got if "fired" in o]
+    assert sorted(fired, key=str) == sorted(
+        [
+            ("late", "past due", None),
+            ("soon", "replaced", None),
+            ("tick", None, 2),
+            ("tick", None, 1),
+            ("tick", None, 0),
+        ],
+        key=str,
+    )
+    soon = next(o for o in got if o.get("fired") == "soon")
+    assert soon["at"] >= now + 1.0
+    wait_for(lambda: status(instance)["numTimersFired"] == 5)
+    wait_for(lambda: status(instance)["numTimersPending"] == 0)  # refreshed once a second
+    assert status(instance)["numUserExceptions"] == 0
+
+
+def script(tmp_path: Path, source: str) -> str:
+    path = tmp_path / f"fn_{uuid.uuid4().hex[:6]}.py"
+    path.write_text(textwrap.dedent(source))
+    return str(path)
+
+
+def test_a_python_timer_armed_wrongly_fails_its_input_saying_why(
+    client: pulsar.Client, run_stateful: RunStateful, topic: str, tmp_path: Path
+) -> None:
+    path = script(
+        tmp_path,
+        """
+        import time
+
+        def process(input, context):
+            if input == "payload":
+                context.create_timer(fired, time.time(), "r", {"not json": object()})
+            elif input == "lambda":
+                context.create_timer(lambda p, c: p, time.time(), "r")
+            elif input == "when":
+                context.create_timer(fired, "tomorrow", "r")
+            return None
+
+        def fired(payload, context):
+            return "fired"
+        """,
+    )
+    produce(client, topic, ["payload", "lambda", "when"])
+    instance = run_stateful(
+        py=path, class_name=Path(path).stem, inputs=[topic], processing_guarantees="ATMOST_ONCE"
+    )
+    wait_for(lambda: status(instance)["numUserExceptions"] == 3)
+    errors = [e["exceptionString"] for e in status(instance)["latestUserExceptions"]]
+    assert errors[0].startswith("TypeError: timer 'r': the payload must be JSON"), errors
+    assert errors[1].startswith(
+        "TypeError: a timer's callback must be a method of the function's class or a function "
+        "defined at the top level of a module"
+    ), errors
+    assert errors[2].startswith(
+        "TypeError: a timer's time must be epoch seconds (int or float) or a datetime, got "
+        "str 'tomorrow'"
+    ), errors
+
+
+def test_a_failing_timer_callback_is_retried_then_dead_lettered(
+    client: pulsar.Client, run_stateful: RunStateful, topic: str, tmp_path: Path
+) -> None:
+    path = script(
+        tmp_path,
+        """
+        import time
+
+        def process(input, context):
+            context.create_timer(fragile, time.time(), input, {"ref": input})
+
+        def fragile(payload, context):
+            context.incr_counter("attempts", 1)
+            raise ValueError("callback failed for " + payload["ref"])
+        """,
+    )
+    produce(client, topic, ["r1"])
+    instance = run_stateful(
+        py=path,
+        class_name=Path(path).stem,
+        inputs=[topic],
+        output=f"{topic}-out",
+        max_message_retries=2,
+        dead_letter_topic=f"{topic}-dlq",
+    )
+    dead = collect(client, f"{topic}-dlq", 1)
+    assert json.loads(dead[0].data()) == {"ref": "r1"}
+    assert dead[0].properties()["TIMER_REFERENCE"] == "r1"
+    wait_for(lambda: status(instance)["numDeadLettered"] == 1)
+    current = status(instance)
+    assert current["numUserExceptions"] == 3  # the first attempt and two retries
+    assert current["latestUserExceptions"][0]["exceptionString"] == (
+        "ValueError: callback failed for r1"
+    )
+    assert current["numTimersFired"] == 0
+    wait_for(lambda: status(instance)["numTimersPending"] == 0)
