@@ -15,6 +15,9 @@ abuse at a time (deleted, and the healthy backlog drained, before the next):
 * ``zip-bomb``: a package that inflates 1,000 times uploaded back to back (refused), and one
   whose directory lies about its sizes registered (its instance stops unpacking it at the
   limit, and restarts with backoff);
+* ``script-checks``: JavaScript creates whose top level runs 0.5 s and throws, four at a
+  time, back to back (the worker loads each script to check it, one at a time, and refuses
+  it);
 * ``poison``: a function that calls ``os._exit(1)`` on the input "poison" (sent once, then
   other inputs one a second), ``maxMessageRetries: 1`` and a dead-letter topic;
 * ``memory-hog``: a function keeping 16 MiB more per message (5 a second), ``resources.ram``
@@ -509,6 +512,35 @@ class ZipBomb(Abuse):
         self.standalone.delete("liar")
 
 
+class ScriptChecks(Abuse):
+    """Concurrent JavaScript creates whose top level runs half a second and throws: the
+    worker loads each script to check it (V8 contexts on several threads at once crashed it),
+    and refuses it."""
+
+    SCRIPT = (
+        b"var t = Date.now(); while (Date.now() - t < 500) {}\n"
+        b"throw new Error('refused after half a second');\n"
+    )
+
+    def tick(self, finished: threading.Event) -> None:
+        codes: dict[str, int] = {}
+        lock = threading.Lock()
+
+        def create(index: int) -> None:
+            config = {"runtime": "JAVASCRIPT", "inputs": ["abuse-script-in"]}
+            while not finished.is_set():
+                status = self.standalone.post(f"script{index}", config, ("slow.js", self.SCRIPT))
+                with lock:
+                    codes[str(status)] = codes.get(str(status), 0) + 1
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.outcome["answers"] = codes
+
+
 class OneFunction(Abuse):
     """An abusive function of its own, sent ``inputs()`` every ``every_s`` (0: once)."""
 
@@ -619,6 +651,7 @@ ABUSES: dict[str, type[Abuse]] = {
     "quiet": Quiet,
     "admission": Admission,
     "zip-bomb": ZipBomb,
+    "script-checks": ScriptChecks,
     "poison": Poison,
     "memory-hog": MemoryHog,
     "log-flood": LogFlood,
