@@ -68,8 +68,11 @@ def lines_in(client: pulsar.Client, topic: str, sent: list[str]) -> list[str]:
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     held: dict[tuple[int, int, int], str] = {}
     try:
-        while reader.has_message_available():  # to the topic's end, no timeout waited out
-            message = reader.read_next(10_000)
+        while True:
+            try:
+                message = reader.read_next(3000)
+            except pulsar.Timeout:
+                break
             mid = message.message_id()
             held[(mid.ledger_id(), mid.entry_id(), mid.batch_index())] = message.data().decode()
     finally:
