@@ -41,6 +41,9 @@ def find_free_port(host: str = "127.0.0.1") -> int:
 def port_is_free(host: str, port: int) -> bool:
     """Whether nothing listens on ``port`` of ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Connections a stopped broker closed linger in TIME_WAIT for a minute; servers (the
+        # broker, uvicorn) bind over them, so they must not make the port look taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -128,19 +128,23 @@ class LocalCluster:
             self.wait_ready(worker)
         return worker
 
-    def start(self, count: int) -> list[WorkerProcess]:
-        """``count`` workers named w1, w2, ..., once all of them are in the membership."""
-        workers = [self.start_worker(f"w{index + 1}") for index in range(count)]
+    def start(self, count: int, first: int = 1) -> list[WorkerProcess]:
+        """``count`` workers named w1, w2, ... (from ``w{first}``), once all of them are in the
+        membership."""
+        # started side by side, as a deployment starts them; each is waited for afterwards
+        workers = [self.start_worker(f"w{first + index}", wait=False) for index in range(count)]
+        for worker in workers:
+            self.wait_ready(worker)
         wait_until(
             lambda: len(self.get(workers[0], "/admin/v2/worker/cluster")) == count,
-            10,
+            20,
             f"all {count} workers in the membership",
         )
         return workers
 
-    def restart(self, worker: WorkerProcess) -> WorkerProcess:
+    def restart(self, worker: WorkerProcess, wait: bool = True) -> WorkerProcess:
         """The same worker id on the same port and data directory."""
-        return self.start_worker(worker.worker_id, port=worker.port)
+        return self.start_worker(worker.worker_id, wait=wait, port=worker.port)
 
     def wait_ready(self, worker: WorkerProcess, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

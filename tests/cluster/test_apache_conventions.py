@@ -18,7 +18,7 @@ from tests.integration.conftest import produce
 def test_every_apache_convention_runs_unchanged_on_a_cluster(
     cluster: Cluster, cluster_client: pulsar.Client, tmp_path: Path
 ) -> None:
-    workers = [cluster.start_worker(f"w{i}") for i in range(3)]
+    workers = cluster.start(3)
     prefix = f"rest{uuid.uuid4().hex[:6]}"
     for index, convention in enumerate(CONVENTIONS):
         package = convention.package(tmp_path)

@@ -34,10 +34,7 @@ def kill_machine(worker: Worker) -> None:
 
 
 def test_a_dead_workers_instances_spread_and_it_gets_its_share_back(cluster: Cluster) -> None:
-    workers = [cluster.start_worker(f"w{i}") for i in (1, 2, 3, 4)]
-    wait_until(
-        lambda: len(cluster.get(workers[0], "/admin/v2/worker/cluster")) == 4, 15, "four members"
-    )
+    workers = cluster.start(4)
     for name in FUNCTIONS:
         created = cluster.create(
             workers[0], name, inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=4

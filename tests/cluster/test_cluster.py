@@ -22,16 +22,6 @@ from tests.cluster.conftest import Cluster, Worker, wait_until
 LIVENESS_S = 3.0
 
 
-def three_workers(cluster: Cluster) -> list[Worker]:
-    workers = [cluster.start_worker(f"w{i}") for i in (1, 2, 3)]
-    wait_until(
-        lambda: len(cluster.get(workers[0], "/admin/v2/worker/cluster")) == 3,
-        10,
-        "all three workers in the membership",
-    )
-    return workers
-
-
 def instance_processes(worker: Worker) -> list[str]:
     """Pids of the worker's running instance processes (forked by its fork server, so not
     its children); warm ones waiting for an instance are not counted."""
@@ -66,7 +56,7 @@ def stop_and_check(stream: Stream, timeout: float = 30.0) -> None:
 
 def test_create_on_any_worker_runs_one_instance_on_each_worker(cluster: Cluster) -> None:
     # how quickly is bench/cluster_latency.py's to measure: CI asserts no timings
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     target = non_leader(cluster, workers)
     response = cluster.create(target, "quick", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3)
     assert response.status_code == 204, response.text
@@ -81,7 +71,7 @@ def test_create_on_any_worker_runs_one_instance_on_each_worker(cluster: Cluster)
 def test_update_and_restart_run_every_instance_anew_on_three_workers(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"in-{uuid.uuid4().hex[:6]}"
     created = cluster.create(
         workers[0],
@@ -149,7 +139,7 @@ def test_update_and_restart_run_every_instance_anew_on_three_workers(
 
 @pytest.mark.brokers("lite", "apache")
 def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"in-{uuid.uuid4().hex[:6]}"
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda w: cluster.create(w, "twin", inputs=[topic]), workers[:2]))
@@ -163,7 +153,7 @@ def test_concurrent_creates_of_one_function_one_wins(cluster: Cluster) -> None:
 def test_kill_a_non_leader_under_a_stream_loses_nothing(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"in-{uuid.uuid4().hex[:6]}"
     assert (
         cluster.create(
@@ -200,7 +190,7 @@ def test_kill_a_non_leader_under_a_stream_loses_nothing(
 def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"in-{uuid.uuid4().hex[:6]}"
     assert (
         cluster.create(
@@ -231,7 +221,7 @@ def test_kill_the_leader_elects_a_new_one_and_loses_nothing(
 
 
 def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     assert (
         cluster.create(
             workers[0], "spread", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=6
@@ -266,7 +256,7 @@ def test_a_restarted_worker_gets_a_fair_share_after_rebalance(cluster: Cluster) 
 def test_a_paused_leader_cannot_corrupt_the_cluster(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     old_leader = cluster.leader_id(workers[0])
     leader = next(w for w in workers if w.worker_id == old_leader)
     others = [w for w in workers if w is not leader]
@@ -318,7 +308,7 @@ def test_a_paused_leader_cannot_corrupt_the_cluster(
 
 @pytest.mark.brokers("lite", "apache")
 def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"in-{uuid.uuid4().hex[:6]}"
     assert cluster.create(workers[0], "durable", inputs=[topic], parallelism=2).status_code == 204
     wait_until(lambda: running(cluster, workers[0], "durable") == 2, 10, "running")
@@ -331,7 +321,9 @@ def test_restart_of_all_workers_restores_every_function(cluster: Cluster) -> Non
         worker.process.terminate()
     for worker in workers:
         worker.process.wait(60)
-    restarted = [cluster.restart(w) for w in workers]
+    restarted = [cluster.restart(w, wait=False) for w in workers]  # side by side
+    for worker in restarted:
+        cluster.wait_ready(worker)
     wait_until(lambda: running(cluster, restarted[2], "durable") == 1, 15, "function back")
     status = cluster.status(restarted[0], "durable")
     assert [i["status"]["running"] for i in status["instances"]] == [True, False]
@@ -405,7 +397,7 @@ def test_update_scales_and_restarts_and_delete_stops(
 
 
 def test_drain_moves_every_instance_off_a_worker(cluster: Cluster) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     assert (
         cluster.create(
             workers[0], "movable", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3

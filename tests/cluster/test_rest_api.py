@@ -26,13 +26,8 @@ class Api:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.workers = [cluster.start_worker(f"w{i}") for i in range(3)]
         # one instance per worker needs the leader to know them all when it schedules
-        wait_until(
-            lambda: len(cluster.get(self.workers[0], "/admin/v2/worker/cluster")) == 3,
-            20,
-            "all three workers in the membership",
-        )
+        self.workers = cluster.start(3, first=0)
         self.topic = f"in-{uuid.uuid4().hex[:6]}"
         response = cluster.create(
             self.workers[0], "excl", inputs=[self.topic], output=f"{self.topic}-out", parallelism=3

@@ -12,7 +12,7 @@ FUNCTIONS = "/admin/v3/functions/public/default"
 
 
 def test_an_instance_on_a_dead_worker_is_503_until_it_runs_elsewhere(cluster: Cluster) -> None:
-    workers = [cluster.start_worker(f"d{i}") for i in range(3)]
+    workers = cluster.start(3)
     created = cluster.create(
         workers[0], "fragile", inputs=[f"in-{uuid.uuid4().hex[:6]}"], parallelism=3
     )

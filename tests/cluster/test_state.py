@@ -18,7 +18,7 @@ import pulsar
 import pytest
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
-from tests.cluster.test_cluster import instance_processes, running, three_workers
+from tests.cluster.test_cluster import instance_processes, running
 from tests.conftest import MAGNETAR
 
 TEXT = [
@@ -303,7 +303,7 @@ def test_deleting_a_function_deletes_its_state_unless_kept(cluster: Cluster) -> 
 def test_word_count_with_parallelism_3_is_exact_from_every_worker(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"words-{uuid.uuid4().hex[:6]}"
     create_word_count(cluster, workers[1], "shared-wc", topic, parallelism=3)
     wait_until(lambda: running(cluster, workers[0], "shared-wc") == 3, 20, "three instances")
@@ -333,7 +333,7 @@ def test_effectively_once_word_count_is_exact_after_kill_9_of_an_instance_and_a_
     """Parallelism 3 on a Failover subscription (one active consumer, two standing by):
     kill -9 the active instance's process mid-stream, which the runtime restarts, then its
     worker, whose instances move to the others."""
-    workers = three_workers(cluster)
+    workers = cluster.start(3)
     topic = f"words-{uuid.uuid4().hex[:6]}"
     create_word_count(
         cluster,
@@ -344,43 +344,61 @@ def test_effectively_once_word_count_is_exact_after_kill_9_of_an_instance_and_a_
         parallelism=3,
     )
     wait_until(lambda: running(cluster, workers[0], "eo-wc") == 3, 20, "three instances")
-    lines = [f"{TEXT[i % 4]} n{i % 13}" for i in range(8000)]
+    lines: list[str] = []
+    kills_survived = threading.Event()
 
     def stream() -> None:
+        """Lines until the kills are over and a second more, so they all land mid-stream."""
         producer = cluster_client.create_producer(topic, batching_enabled=False)
-        for line in lines:
+        end = None
+        while end is None or len(lines) < end:
+            line = f"{TEXT[len(lines) % 4]} n{len(lines) % 13}"
             producer.send_async(line.encode(), None)
-            time.sleep(0.002)  # a stream of some 20 s, for the kills to land in
+            lines.append(line)
+            time.sleep(0.002)
+            if end is None and kills_survived.is_set():
+                end = len(lines) + 500
         producer.flush()
         producer.close()
 
     producer = threading.Thread(target=stream)
     producer.start()
-    # kill -9 the consuming instance mid-stream; the runtime manager restarts it
-    host = active_worker(cluster, workers[0], "eo-wc")
-    subprocess.run(["kill", "-9", *instance_processes(host)], check=True)
-    witness = next(w for w in workers if w is not host)
+    try:
+        # kill -9 the consuming instance mid-stream; the runtime manager restarts it
+        host = active_worker(cluster, workers[0], "eo-wc")
+        subprocess.run(["kill", "-9", *instance_processes(host)], check=True)
+        witness = next(w for w in workers if w is not host)
 
-    def restarted() -> bool:
-        status = cluster.status(witness, "eo-wc")
-        restarts = sum(i["status"]["numRestarts"] for i in status["instances"])
-        return restarts >= 1 and status["numRunning"] == 3
+        def restarted() -> bool:
+            status = cluster.status(witness, "eo-wc")
+            restarts = sum(i["status"]["numRestarts"] for i in status["instances"])
+            return restarts >= 1 and status["numRunning"] == 3
 
-    wait_until(restarted, 30, "the killed instance restarted")
-    # then kill -9 its worker: its machine dies, instances and all, and they move elsewhere
-    victim = host
-    instances = instance_processes(victim)
-    victim.kill()
-    subprocess.run(["kill", "-9", *instances], check=False)
+        wait_until(restarted, 30, "the killed instance restarted")
+        # then kill -9 its worker: its machine dies, instances and all, and they move elsewhere
+        victim = host
+        instances = instance_processes(victim)
+        victim.kill()
+        subprocess.run(["kill", "-9", *instances], check=False)
+
+        def moved() -> bool:
+            try:
+                status = cluster.status(witness, "eo-wc")
+            except httpx.HTTPError:
+                return False
+            hosts = {i["status"]["workerId"] for i in status["instances"]}
+            return victim.worker_id not in hosts and status["numRunning"] == 3
+
+        wait_until(moved, 60, "the dead worker's instances running elsewhere")
+    finally:
+        kills_survived.set()
+        producer.join(120)
     survivors = [w for w in workers if w is not victim]
-    producer.join(120)
     # exactly once per message the input holds (the broker restarts may have stored one twice)
     expected = expected_counts(lines_in(cluster_client, topic, lines))
     wait_exact(survivors[0], "eo-wc", expected, 120)
     for worker in survivors:
         assert counts(worker, "eo-wc", list(expected)) == expected, worker.worker_id
-    hosts = {i["status"]["workerId"] for i in cluster.status(witness, "eo-wc")["instances"]}
-    assert victim.worker_id not in hosts  # its instances moved
     revived = cluster.restart(victim)
     assert counts(revived, "eo-wc", list(expected)) == expected
 

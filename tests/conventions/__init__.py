@@ -182,45 +182,40 @@ CONVENTIONS = [
 """Every convention; ``expected`` lists every topic that receives anything."""
 
 
-def published(client: Any, topic: str, quiet_ms: int = 300) -> list[str]:
-    """Everything on ``topic`` so far (read until nothing comes for ``quiet_ms``), as text."""
-    import pulsar
-
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    values: list[str] = []
-    try:
-        while True:
-            try:
-                values.append(reader.read_next(quiet_ms).data().decode())
-            except pulsar.Timeout:
-                return values
-    finally:
-        reader.close()
-
-
-def outcome(client: Any, convention: Convention, prefix: str) -> dict[str, list[str]]:
-    """What a run of ``convention`` published, by topic template."""
-    topics = convention.topics(prefix)
-    return {key: published(client, topics[key]) for key in OUTPUTS}
-
-
 def check_all(client: Any, prefix: str, timeout_s: float) -> dict[str, dict[str, list[str]]]:
     """Wait until every convention has published what Apache gives (then a moment more, for
     anything extra); returns the mismatches, by convention (empty when all match)."""
     import time
 
-    deadline = time.monotonic() + timeout_s
-    pending = {c.name: c for c in CONVENTIONS}
-    while pending and time.monotonic() < deadline:
-        for name, convention in list(pending.items()):
-            seen = outcome(client, convention, prefix)
-            if all(len(seen[key]) >= len(convention.expected.get(key, [])) for key in OUTPUTS):
-                del pending[name]
-        time.sleep(0.5)
-    time.sleep(1.0)
-    mismatches = {}
-    for convention in CONVENTIONS:
-        seen = outcome(client, convention, prefix)
-        if not all(convention.matches(key, seen[key]) for key in OUTPUTS):
-            mismatches[convention.name] = seen
-    return mismatches
+    import pulsar
+
+    # One reader per topic, fed as messages arrive: no poll waits out a read timeout.
+    seen = {c.name: {key: list[str]() for key in OUTPUTS} for c in CONVENTIONS}
+    readers = [
+        client.create_reader(
+            convention.topics(prefix)[key],
+            pulsar.MessageId.earliest,
+            reader_listener=lambda _, message, values=seen[convention.name][key]: values.append(
+                message.data().decode()
+            ),
+        )
+        for convention in CONVENTIONS
+        for key in OUTPUTS
+    ]
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not all(
+            len(seen[c.name][key]) >= len(c.expected.get(key, []))
+            for c in CONVENTIONS
+            for key in OUTPUTS
+        ):
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        for reader in readers:
+            reader.close()
+    return {
+        c.name: seen[c.name]
+        for c in CONVENTIONS
+        if not all(c.matches(key, seen[c.name][key]) for key in OUTPUTS)
+    }

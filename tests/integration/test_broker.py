@@ -118,6 +118,26 @@ def test_taken_port(tmp_path: Path) -> None:
     assert not broker.is_running()
 
 
+def test_a_stopped_broker_starts_again_at_once_on_its_port(tmp_path: Path) -> None:
+    """The connections it closed on its clients linger in TIME_WAIT for a minute; they do not
+    hold the port (a restarted `magnetar standalone` keeps 6650), and the clients reconnect."""
+    port = find_free_port()
+    broker = EmbeddedBroker(tmp_path, port=port).start()
+    client = pulsar.Client(
+        broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    try:
+        producer = client.create_producer("again")
+        producer.send(b"before")
+        broker.stop()
+        broker.start()
+        producer.send(b"after")
+    finally:
+        client.close()
+        broker.stop()
+    assert broker.port == port
+
+
 def test_explicit_free_port(tmp_path: Path) -> None:
     port = find_free_port()
     with EmbeddedBroker(tmp_path, port=port) as broker:

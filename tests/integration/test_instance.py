@@ -329,15 +329,28 @@ def test_multiple_inputs(client: pulsar.Client, run_function: RunFunction, topic
     assert sorted(values(collect(client, f"{topic}-out", 2))) == ["a!", "b!"]
 
 
-def test_topics_pattern_on_a_broker_that_cannot_list_topics(
-    client: pulsar.Client, run_function: RunFunction, topic: str
-) -> None:
-    # pulsar-lite 0.2 has no GetTopicsOfNamespace, which pattern consumers need.
-    with pytest.raises(
-        InstanceError,
-        match=r"cannot subscribe to topicsPattern .* list the topics in inputs instead",
-    ):
-        run_function("exclamation.py", topics_pattern=f"{topic}-p.*", output=f"{topic}-pout")
+def test_topics_pattern_on_a_broker_that_cannot_list_topics(broker_url: str, topic: str) -> None:
+    # pulsar-lite 0.2 has no GetTopicsOfNamespace, which pattern consumers need: the request
+    # goes unanswered until the client's operation timeout (shorter than the fixture's 10 s)
+    client = pulsar.Client(
+        broker_url,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        operation_timeout_seconds=3,
+    )
+    config = FunctionConfig(
+        name=f"fn-{uuid.uuid4().hex[:8]}",
+        py=str(EXAMPLES / "exclamation.py"),
+        topics_pattern=f"{topic}-p.*",
+        output=f"{topic}-pout",
+    )
+    try:
+        with pytest.raises(
+            InstanceError,
+            match=r"cannot subscribe to topicsPattern .* list the topics in inputs instead",
+        ):
+            FunctionInstance(config, client, InstanceOptions(retry_delay_ms=200)).start()
+    finally:
+        client.close()
 
 
 @pytest.mark.brokers("apache")

@@ -55,6 +55,10 @@ class LocalRunProcess:
 
     def interrupt(self, signum: int = signal.SIGINT, timeout: float = 60.0) -> tuple[int, str]:
         self.process.send_signal(signum)
+        return self.exit(timeout)
+
+    def exit(self, timeout: float = 60.0) -> tuple[int, str]:
+        """The exit code and stdout, once the process ends."""
         # Not communicate(): the reader thread owns stderr, and both would lose lines.
         self.process.wait(timeout)
         self._reader.join(5)
