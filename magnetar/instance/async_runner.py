@@ -160,7 +160,8 @@ class AsyncRunner:
         self._collect(chunk)
 
     def wait(self, chunk: Chunk, timeout_s: float | None) -> None:
-        """Handle results until none is in flight or ``timeout_s`` passed (on stop)."""
+        """Handle results until none is in flight or ``timeout_s`` passed (None: however
+        long it takes): on stop, and before an input that is to run alone."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while self._pending and (deadline is None or time.monotonic() < deadline):
             self._drive(until_head=True, timeout_s=deadline and deadline - time.monotonic())

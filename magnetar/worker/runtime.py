@@ -768,13 +768,11 @@ class ThreadRuntime:
         worker_id: str,
         state: StateLayout | None = None,
         archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
-        url_hosts: UrlHostRule = PUBLIC_HOSTS,
     ) -> None:
         self.client = client
         self.worker_id = worker_id
         self.state = state
         self.archive_limits = archive_limits
-        self.url_hosts = url_hosts
 
     def prepare(self) -> None:
         """Nothing to prepare: a thread starts at once."""
@@ -797,7 +795,6 @@ class ThreadRuntime:
             function_version=str(spec.version),
             archive_limits=self.archive_limits,
             publish_policy=spec.publish_policy,
-            url_hosts=self.url_hosts,
         )
         state = None
         if self.state is not None:
@@ -837,7 +834,8 @@ def make_runtime(
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``, ``archive_limits``, ``ram_bytes``,
     ``logs``, ``isolation``, ``preconnect`` and ``url_hosts``: see ``ProcessRuntime`` (the
-    thread runtime cannot isolate: it refuses ``isolation``)."""
+    thread runtime cannot isolate: it refuses ``isolation``, and runs no JavaScript, so no URL
+    bindings)."""
     if name == "process":
         return ProcessRuntime(
             broker_url,
@@ -860,5 +858,5 @@ def make_runtime(
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")
-        return ThreadRuntime(client, worker_id, state, archive_limits, url_hosts)
+        return ThreadRuntime(client, worker_id, state, archive_limits)
     raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(RUNTIMES)}")

@@ -35,7 +35,6 @@ _RETIRE_POLL_S = 0.02
 """How often instances being stopped are checked: a replacement may be waiting for them."""
 _KILL_WAIT_S = 2.0
 _DRAINING = "stopping: finishing its in-flight messages"
-"""Messages an instance died on, remembered at most."""
 
 
 @dataclass(frozen=True)
