@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -115,30 +116,41 @@ async def process(input):
 """
 
 
-def test_an_async_function_finds_the_message_that_kills_it_among_those_in_flight(
-    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
-) -> None:
-    dead_letters = f"{topic}-dlq"
+def dead_letter_the_poison(
+    client: pulsar.Client, start_manager: StartManager, topic: str, **fields: Any
+) -> tuple[Any, list[str]]:
+    """Run a function (``fields``, retried once, with a dead-letter topic) over inputs
+    produced before it starts, so that they are in flight together, until "poison" is
+    dead-lettered and every other input has its output; the dead letter and the crashes
+    its status shows."""
     config = function_config(
-        py=write_function(tmp_path, ASYNC_KILLER),
         inputs=[topic],
         output=f"{topic}-out",
         max_message_retries=1,
-        dead_letter_topic=dead_letters,
+        dead_letter_topic=f"{topic}-dlq",
+        **fields,
     )
     (key,) = specs = instance_specs(config)
     manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
     produce(client, topic, ["a", "b", "poison", "c", "d"])
     manager.apply(specs)
 
-    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=30)
-    (dead,) = collect(client, dead_letters, 1)
+    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=60)
+    (dead,) = collect(client, f"{topic}-dlq", 1)
     assert dead.data() == b"poison"
     outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!", "d!"})
     assert set(outputs) == {"a!", "b!", "c!", "d!"}
     status = manager.status(key)
     assert status is not None
-    crashes = [e.exception_string for e in status.latest_system_exceptions]
+    return dead, [e.exception_string for e in status.latest_system_exceptions]
+
+
+def test_an_async_function_finds_the_message_that_kills_it_among_those_in_flight(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    dead, crashes = dead_letter_the_poison(
+        client, start_manager, topic, py=write_function(tmp_path, ASYNC_KILLER)
+    )
     origin = dead.properties()["ORIGIN_MESSAGE_ID"]
     # it died with "a" and "b" still sleeping: all three suspects, then each ran alone
     assert re.fullmatch(
@@ -169,34 +181,19 @@ function process(input) {
 def test_a_javascript_message_that_kills_its_process_is_found_in_its_chunk(
     client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
-    dead_letters = f"{topic}-dlq"
     script = tmp_path / "hog.js"
     script.write_text(JS_HOG)
-    config = function_config(
+    _, crashes = dead_letter_the_poison(
+        client,
+        start_manager,
+        topic,
         runtime="JAVASCRIPT",
         js=str(script),
-        inputs=[topic],
-        output=f"{topic}-out",
-        max_message_retries=1,
-        dead_letter_topic=dead_letters,
         timeout_ms=60_000,
         resources={"ram": 256 * 1024 * 1024},
     )
-    (key,) = specs = instance_specs(config)
-    manager = start_manager(restart_backoff=FAST_RESTARTS, liveness_interval_s=0.1)
-    produce(client, topic, ["a", "b", "poison", "c", "d"])
-    manager.apply(specs)  # all five in one chunk
-
-    wait_for(lambda: getattr(manager.status(key), "dead_lettered", 0) == 1, timeout=60)
-    (dead,) = collect(client, dead_letters, 1)
-    assert dead.data() == b"poison"
-    outputs = receive_until(client, f"{topic}-out", {"a!", "b!", "c!", "d!"})
-    assert set(outputs) == {"a!", "b!", "c!", "d!"}
-    status = manager.status(key)
-    assert status is not None
-    crashes = [e.exception_string for e in status.latest_system_exceptions]
     assert len(crashes) == 3, crashes
-    assert "while the function had 5 messages in user code" in crashes[0]
+    assert "while the function had 5 messages in user code" in crashes[0]  # one chunk
     for death, crash in enumerate(crashes[1:], 1):
         assert crash.startswith("out of memory: over resources.ram"), crash
         assert crash.endswith(
