@@ -15,6 +15,7 @@ import pulsar
 
 from magnetar.instance.config import FunctionConfig, SubscriptionType
 from magnetar.instance.options import InstanceOptions
+from magnetar.instance.repeats import RepeatFilter
 from magnetar.instance.retries import Received, RetryQueue
 from magnetar.instance.subscription import open_consumers
 
@@ -46,8 +47,15 @@ class Inputs:
         """A failed send on an ordered subscription: resubscribe before going on."""
         self._skip_before_ms = 0
         """``skipToLatest``: messages published before the instance started are skipped."""
+        self._repeats = (
+            RepeatFilter(options.max_unacked + options.receiver_queue_size)
+            if config.subscription_type is SubscriptionType.FAILOVER
+            else None
+        )
 
     def subscribe(self) -> None:
+        if self._repeats is not None:
+            self._repeats.forget()
         self.consumers = open_consumers(
             self._client, self._config, self._options.instance_id, self._options
         )
@@ -100,9 +108,9 @@ class Inputs:
         """Add what the consumers hold, waiting up to ``wait_ms`` on each for its first."""
         for consumer in self.consumers:
             try:
-                received.append((consumer, consumer.receive(wait_ms)))
+                self._add(received, consumer, consumer.receive(wait_ms))
                 while len(received) < limit:
-                    received.append((consumer, consumer.receive(0)))
+                    self._add(received, consumer, consumer.receive(0))
             except pulsar.Timeout:
                 pass
             except pulsar.AlreadyClosed:
@@ -113,6 +121,16 @@ class Inputs:
                 log.warning("%s: the client closed a consumer; subscribing again", consumer.topic())
                 self.rewind_requested = True
                 break
+
+    def _add(self, received: list[Received], consumer: Any, message: Any) -> None:
+        if self._repeats is None or self._repeats.first_time(message):
+            received.append((consumer, message))
+        else:
+            log.debug(
+                "%s: %s delivered again while held; dropped",
+                message.topic_name(),
+                message.message_id(),
+            )
 
     def _skip_old(self, received: list[Received]) -> list[Received]:
         kept = []
@@ -129,7 +147,7 @@ class Inputs:
         for consumer in self.consumers:
             try:
                 while len(received) < budget:
-                    received.append((consumer, consumer.receive(0)))
+                    self._add(received, consumer, consumer.receive(0))
             except (pulsar.Timeout, pulsar.AlreadyClosed):
                 pass
         return received
