@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ class ChunkSender:
         self._held: dict[Any, _HeldSend] = {}
         self._unflushed: set[Any] = set()
         """Producers sent on since the last ``flush``: their batches may still be open."""
+        self._unflushed_since = 0.0
+        """When the oldest of those batches was opened (``time.monotonic``)."""
         self._flusher = BatchFlusher(f"{name}-flusher")
         self.completions: deque[Completion] = deque()
         self.completed = threading.Event()
@@ -109,6 +112,8 @@ class ChunkSender:
         if tracked:
             chunk.pending += 1
             callback = self._callback(chunk, send.user_callback, send.owner)
+        if not self._unflushed:
+            self._unflushed_since = time.monotonic()
         self._unflushed.add(producer)
         try:
             producer.send_async(send.content, callback, **send.kwargs)
@@ -124,6 +129,11 @@ class ChunkSender:
         if self._unflushed:
             self._flusher.request(self._unflushed)
             self._unflushed = set()
+
+    def flush_older(self, than_s: float) -> None:
+        """``flush`` if a batch has been open ``than_s`` or longer."""
+        if self._unflushed and time.monotonic() - self._unflushed_since >= than_s:
+            self.flush()
 
     def close(self) -> None:
         """No more early flushes (the producers' close sends what is left)."""

@@ -62,6 +62,11 @@ __all__ = ["FunctionInstance", "InstanceOptions", "InvocationTimeoutError"]
 log = logging.getLogger(__name__)
 
 _PREFETCH_DRAIN_S = 1.0
+_BATCH_OPEN_AT_MOST_S = 0.001
+"""How long an output batch waits for more while input keeps coming (unless the user set the
+batching): a steady stream keeps the instance busy, so its input is seldom all gone, and
+batches would otherwise wait out their whole publish delay (10 ms). A hand-written loop's
+delay; a backlog still fills batches, since a chunk of hundreds takes longer than this."""
 _ORDERING = {
     SubscriptionType.SHARED: Ordering.NONE,
     SubscriptionType.KEY_SHARED: Ordering.KEY,
@@ -450,6 +455,8 @@ class FunctionInstance:
                 )
                 if received or runner.busy:
                     self._process_chunk(received)
+                    if flush is not None:
+                        self._sender.flush_older(_BATCH_OPEN_AT_MOST_S)
                 if timers is not None and timers.due():
                     self._fire_timers(timers)
             acknowledger.acknowledge_completed()

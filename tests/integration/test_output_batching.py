@@ -1,7 +1,13 @@
 """When outputs go out: at once when no more input is waiting (a light stream does not wait
-for the batch's publish delay), and as the user's ``batchingConfig`` says when one is given."""
+for the batch's publish delay), within a millisecond or so while input keeps coming, and as
+the user's ``batchingConfig`` says when one is given."""
 
 from __future__ import annotations
+
+import textwrap
+import threading
+import time
+from pathlib import Path
 
 import pulsar
 
@@ -23,6 +29,48 @@ def test_a_light_streams_output_does_not_wait_for_the_publish_delay(
     produce(client, topic, ["two", "three"])
     later = collect(client, f"{topic}-out", 3, timeout=10, subscription="later")
     assert values(later) == ["one!", "two!", "three!"]
+
+
+def test_outputs_go_out_while_input_keeps_coming_faster_than_it_is_processed(
+    client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
+) -> None:
+    code = tmp_path / "slow_echo.py"
+    code.write_text(
+        textwrap.dedent(
+            """
+            import time
+
+            def process(input):
+                time.sleep(0.01)
+                return input
+            """
+        )
+    )
+    options = InstanceOptions(batching_max_publish_delay_ms=TEN_MINUTES_MS)
+    run_function(py=str(code), options=options, inputs=[topic], output=f"{topic}-out")
+    streaming = threading.Event()
+    streaming.set()
+
+    def stream() -> None:  # 500 a second against 100 processed: input is always waiting
+        producer = client.create_producer(topic, batching_enabled=False)
+        sent = 0
+        while streaming.is_set() and sent < 5000:
+            producer.send_async(f"m{sent}".encode(), None)
+            sent += 1
+            time.sleep(0.002)
+        producer.flush()
+        producer.close()
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    try:
+        started = time.monotonic()
+        first = collect(client, f"{topic}-out", 5, timeout=3)
+        assert values(first)[:5] == ["m0", "m1", "m2", "m3", "m4"]
+        assert streaming.is_set() and time.monotonic() - started < 3
+    finally:
+        streaming.clear()
+        sender.join()
 
 
 def test_the_users_batching_config_holds_batches_as_asked(
