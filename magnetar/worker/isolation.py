@@ -36,10 +36,19 @@ from urllib.parse import quote, unquote
 from magnetar.instance.privileges import InstanceUser
 from magnetar.worker.exceptions import WorkerConfigError
 
-__all__ = ["InstanceIsolation", "parse_uid_range", "readable_by_others", "secure_directory"]
+__all__ = [
+    "SCRIPT_CHECKS",
+    "InstanceIsolation",
+    "parse_uid_range",
+    "readable_by_others",
+    "secure_directory",
+]
 
 log = logging.getLogger(__name__)
 
+SCRIPT_CHECKS = "script-checks"
+"""What ``claim`` takes as the function of a script check's process (``script_check``): its
+directories sit beside the functions' (a function's name always has slashes, quoted)."""
 _LOCKS = Path(tempfile.gettempdir()) / "magnetar-instance-uids"
 """Where workers of this host claim uids (one lock file per uid, locked while it runs)."""
 
@@ -138,7 +147,7 @@ class InstanceIsolation:
     def forget(self, existing: set[str]) -> None:
         """Remove the directories of functions not in ``existing`` (deleted)."""
         for path in self.root.iterdir():
-            if path.is_dir() and unquote(path.name) not in existing:
+            if path.is_dir() and path.name != SCRIPT_CHECKS and unquote(path.name) not in existing:
                 log.info("removing the instance directories of deleted function %s", path.name)
                 shutil.rmtree(path, ignore_errors=True)
 

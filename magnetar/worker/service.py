@@ -49,6 +49,7 @@ from magnetar.worker.rest import RestServices, create_app
 from magnetar.worker.runtime import InstanceLogs, StateLayout, make_runtime
 from magnetar.worker.runtime_manager import BackoffPolicy, RuntimeManager
 from magnetar.worker.scheduler import make_scheduler
+from magnetar.worker.script_check import ScriptChecker
 from magnetar.worker.system_topics import check_system_topics
 from magnetar.worker.tenancy import Tenancy, TenancyManager, default_entries
 from magnetar.worker.trigger import FunctionTrigger
@@ -242,6 +243,7 @@ class WorkerService:
             trigger=FunctionTrigger(client),
             tenancy=tenancy,
             http=http,
+            scripts=ScriptChecker(self.isolation),
             auth=_admin_auth(config, tenancy),
             peer_seal=peer_seal,
             token_seal=token_seal,

@@ -5,9 +5,6 @@ the executor's seam (a batch in one call into V8, state reads and writes through
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -436,38 +433,3 @@ def test_metadata_is_sent_once_the_function_asks_for_it(tmp_path: Path) -> None:
     assert run.with_metadata  # from now on, with every batch
     assert [o.output for o in run.process([Message(b"c", 2, key="k2")])] == [b"c:k2:4"]
     run.close()
-
-
-_CONCURRENT_CHECKS = """
-import threading
-from magnetar.instance.javascript import check_script
-
-QUICK = "function process(input) { return input; }"
-SLOW = "var t = Date.now(); while (Date.now() - t < 200) {} function process(i) { return i; }"
-
-def check(source):
-    for _ in range(4):
-        check_script(source, "f.js", None, 5000)
-
-threads = [threading.Thread(target=check, args=(s,)) for s in (QUICK, SLOW, QUICK)]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
-print("checked")
-"""
-
-
-def test_concurrent_script_checks_do_not_crash_the_worker_process() -> None:
-    # a worker checks the script of each create on a thread of its own; V8 contexts on
-    # several threads at once crashed the whole process (in a child here, so a crash is a
-    # failure, not the end of the test run)
-    done = subprocess.run(
-        [sys.executable, "-c", _CONCURRENT_CHECKS],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
-    )
-    assert (done.returncode, done.stdout.strip()) == (0, "checked"), done.stderr[-2000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,6 @@ from magnetar.topics import full_topic_name
 
 __all__ = ["check_script", "check_script_file", "open_executor", "script_limits"]
 
-_ONE_CHECK_AT_A_TIME = threading.Lock()
-"""V8, as mini-racer embeds it, crashes a process that holds contexts on several threads at
-once: a worker checks the scripts of concurrent requests one after the other (each within its
-top level's time limit)."""
-
 
 def script_limits(config: FunctionConfig) -> tuple[int, int]:
     """The per-message time limit (ms) and the heap limit (bytes) of the function."""
@@ -47,7 +41,10 @@ def check_script(
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
 ) -> None:
     """Load a script in a context of its own and drop it: FunctionLoadError for a syntax
-    error (line and column), a throwing or runaway top level, or a missing function."""
+    error (line and column), a throwing or runaway top level, or a missing function.
+
+    V8, as mini-racer embeds it, crashes a process holding contexts on several threads at
+    once: a worker checks each script in a process of its own (``worker.script_check``)."""
     if isinstance(source, bytes):
         try:
             source = source.decode("utf-8")
@@ -55,11 +52,10 @@ def check_script(
             raise FunctionLoadError(
                 f"function script {filename} is not UTF-8 text: {error}"
             ) from None
-    with _ONE_CHECK_AT_A_TIME:
-        engine = ScriptEngine(
-            source, filename, function_name, _settings_for_check(), timeout_ms, memory_limit_bytes
-        )
-        engine.close()
+    engine = ScriptEngine(
+        source, filename, function_name, _settings_for_check(), timeout_ms, memory_limit_bytes
+    )
+    engine.close()
 
 
 def check_script_file(config: FunctionConfig) -> None:

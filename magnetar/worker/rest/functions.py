@@ -4,9 +4,7 @@ delete, get and list, answering as Pulsar's FunctionsImpl does: success without 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePath
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -16,7 +14,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from magnetar.instance.exceptions import FunctionLoadError
-from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS, check_script
+from magnetar.instance.javascript import DEFAULT_TIMEOUT_MS
 from magnetar.worker.exceptions import FunctionExistsError, FunctionNotFoundError
 from magnetar.worker.function_config import pulsar_function_config
 from magnetar.worker.function_update import changes_anything, merge_update, unknown_fields
@@ -31,11 +29,6 @@ from magnetar.worker.rest.state import delete_function_state
 __all__ = ["functions_router"]
 
 functions_router = APIRouter(prefix="/admin/v3/functions", tags=["functions"])
-
-_SCRIPT_CHECKER = ThreadPoolExecutor(1, thread_name_prefix="script-check")
-"""The one thread JavaScript scripts are checked on (V8 takes one context at a time in a
-process, see ``check_script``): concurrent checks queue here instead of holding the threads
-every other request needs."""
 
 SECRET_MASK = "******"
 """What ``get`` shows of a secret's value (its locator: with the default provider, the
@@ -146,8 +139,8 @@ async def _package(
         timeout_ms = config.get("timeoutMs")
         if not isinstance(timeout_ms, int) or not 0 < timeout_ms < DEFAULT_TIMEOUT_MS:
             timeout_ms = DEFAULT_TIMEOUT_MS
-        await asyncio.get_running_loop().run_in_executor(
-            _SCRIPT_CHECKER, check_script, content, filename, config.get("className"), timeout_ms
+        await run_in_threadpool(
+            services.scripts.check, content, filename, config.get("className"), timeout_ms
         )
     elif filename.endswith(".py"):
         try:

@@ -21,6 +21,7 @@ from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.package_registry import PackageRegistry
 from magnetar.worker.packages import PackageStore
 from magnetar.worker.runtime import InstanceLogs
+from magnetar.worker.script_check import ScriptChecker
 from magnetar.worker.tenancy import Tenancy, TenancyManager
 from magnetar.worker.trigger import FunctionTrigger
 
@@ -60,6 +61,8 @@ class RestServices:
     """Tenants and namespaces: the metadata topic's, or the broker admin API's."""
     http: httpx.Client
     """The worker's HTTP client for other workers (its connections are kept and reused)."""
+    scripts: ScriptChecker
+    """Checks submitted JavaScript scripts, each in a process of its own."""
     auth: AdminAuth | None = None
     """Token checks; None when authentication is off."""
     state: StateQueryService | None = None
