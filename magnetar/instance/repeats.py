@@ -7,8 +7,10 @@ then still processing, retrying or acknowledging the first copy. A copy is recog
 topic and position among the messages received since the instance last subscribed (a rewind
 starts afresh, as the broker does). Only the most recent ``window`` are remembered: a copy of
 an older one is processed again, as at-least-once allows; a message never seen is never
-dropped. Shared subscriptions are left alone: there a negative acknowledgement asks for a
-message again on purpose.
+dropped. A dropped copy is not acknowledged (the first copy's acknowledgement covers it; if
+a reset connection lost that, the message comes again once the instance subscribes anew, and
+is processed again, as at-least-once allows). Shared subscriptions are left alone: there a
+negative acknowledgement asks for a message again on purpose.
 """
 
 from __future__ import annotations
