@@ -48,7 +48,10 @@ class Inputs:
         self._skip_before_ms = 0
         """``skipToLatest``: messages published before the instance started are skipped."""
         self._repeats = (
-            RepeatFilter(options.max_unacked + options.receiver_queue_size)
+            RepeatFilter(
+                options.max_unacked + options.receiver_queue_size,
+                topics=len(config.input_serdes()) + len(config.input_patterns()) > 1,
+            )
             if config.subscription_type is SubscriptionType.FAILOVER
             else None
         )

@@ -16,30 +16,27 @@ negative acknowledgement asks for a message again on purpose.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable
 from typing import Any
 
 __all__ = ["RepeatFilter"]
 
-_Key = tuple[str, int, int, int]
-
 
 class RepeatFilter:
-    """The positions received since the last subscribe, the newest ``window`` of them."""
+    """The positions received since the last subscribe, the newest ``window`` of them.
+    ``topics``: whether the consumer reads several topics (a position, the serialized message
+    id with its partition, is then kept with its topic)."""
 
-    def __init__(self, window: int) -> None:
-        self._order: deque[_Key] = deque()
-        self._seen: set[_Key] = set()
+    def __init__(self, window: int, topics: bool) -> None:
+        self._order: deque[Hashable] = deque()
+        self._seen: set[Hashable] = set()
         self._window = window
+        self._topics = topics
 
     def first_time(self, message: Any) -> bool:
         """Whether ``message`` was not received before (it is remembered from now on)."""
-        message_id = message.message_id()
-        key = (
-            message.topic_name(),
-            message_id.ledger_id(),
-            message_id.entry_id(),
-            message_id.batch_index(),
-        )
+        position = message.message_id().serialize()
+        key = (message.topic_name(), position) if self._topics else position
         if key in self._seen:
             return False
         if len(self._order) == self._window:
