@@ -57,6 +57,8 @@ DEFAULT_TIMEOUT_MS = 10_000
 """Per-message time limit of a JavaScript function without ``timeoutMs``."""
 DEFAULT_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
 """V8 heap limit of an instance without ``resources.ram``."""
+_TERMINATION_WAIT_S = 10.0
+"""How long V8 may take to stop a call that ran past its time limit."""
 _HEAP_LEFT_AFTER_GC = 0.9  # above this share of the limit after a GC, the heap is leaking
 _FUNCTION_NAME = re.compile(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*")
 _PARSE_HEADER = re.compile(r"^.*?:(\d+): (SyntaxError: .*)$")
@@ -128,7 +130,13 @@ class ScriptEngine:
             answer = answers.get(timeout=timeout_s)
         except queue.Empty:
             context._dll.mr_cancel_task(context._ctx, task)
-            answer = answers.get()  # its result or "execution terminated": dropped either way
+            try:  # its result or "execution terminated": dropped either way
+                answer = answers.get(timeout=_TERMINATION_WAIT_S)
+            except queue.Empty:
+                raise InstanceError(
+                    f"V8 did not stop {self.filename} within {_TERMINATION_WAIT_S:.0f} s of "
+                    "its time limit; the instance restarts with a fresh context"
+                ) from None
             with contextlib.suppress(Exception):
                 context._value_handle_to_python(answer)
             raise TimeoutError from None
