@@ -134,8 +134,8 @@ async def _package(
     """Check and store the code; point the config at it; the package reference."""
     filename = filename or config.get("js") or config.get("py") or "function.py"
     if filename.endswith(".js"):
-        # loaded in a V8 context of its own (no host access): a syntax error, a throwing top
-        # level or a missing function is a 400 now rather than a crashing instance later
+        # loaded in a process of its own (see ``script_check``): a syntax error, a throwing
+        # top level or a missing function is a 400 now rather than a crashing instance later
         timeout_ms = config.get("timeoutMs")
         if not isinstance(timeout_ms, int) or not 0 < timeout_ms < DEFAULT_TIMEOUT_MS:
             timeout_ms = DEFAULT_TIMEOUT_MS
