@@ -3,25 +3,33 @@
 One V8 context per instance, a per-message time limit and a heap limit, no host access. A
 chunk of messages crosses into V8 in one call (see ``_executor``); the context's effects come
 back with the results (see ``_prelude``).
+
+Names are imported when first used (PEP 562): a script check loads V8 and the prelude only.
 """
 
-from magnetar.instance.javascript._engine import (
-    DEFAULT_MEMORY_LIMIT_BYTES,
-    DEFAULT_TIMEOUT_MS,
-    read_script,
-)
-from magnetar.instance.javascript._executor import (
-    ScriptExecutor,
-    ScriptOutcome,
-    ScriptRun,
-    TimerFiring,
-)
-from magnetar.instance.javascript._loader import (
-    check_script,
-    check_script_file,
-    open_executor,
-    script_limits,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from magnetar.instance.javascript._check import check_script
+    from magnetar.instance.javascript._engine import (
+        DEFAULT_MEMORY_LIMIT_BYTES,
+        DEFAULT_TIMEOUT_MS,
+        read_script,
+    )
+    from magnetar.instance.javascript._executor import (
+        ScriptExecutor,
+        ScriptOutcome,
+        ScriptRun,
+        TimerFiring,
+    )
+    from magnetar.instance.javascript._loader import (
+        check_script_file,
+        open_executor,
+        script_limits,
+    )
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
@@ -36,3 +44,25 @@ __all__ = [
     "read_script",
     "script_limits",
 ]
+
+_HOMES = {
+    "DEFAULT_MEMORY_LIMIT_BYTES": "magnetar.instance.javascript._engine",
+    "DEFAULT_TIMEOUT_MS": "magnetar.instance.javascript._engine",
+    "read_script": "magnetar.instance.javascript._engine",
+    "ScriptExecutor": "magnetar.instance.javascript._executor",
+    "ScriptOutcome": "magnetar.instance.javascript._executor",
+    "ScriptRun": "magnetar.instance.javascript._executor",
+    "TimerFiring": "magnetar.instance.javascript._executor",
+    "check_script": "magnetar.instance.javascript._check",
+    "check_script_file": "magnetar.instance.javascript._loader",
+    "open_executor": "magnetar.instance.javascript._loader",
+    "script_limits": "magnetar.instance.javascript._loader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value

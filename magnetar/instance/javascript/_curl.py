@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import json
 import socket
 import ssl
 import time
@@ -30,7 +29,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from magnetar.instance.exceptions import FunctionLoadError
-from magnetar.instance.javascript._prelude import RUNTIME_GLOBAL, RUNTIME_SOURCE_URL
+from magnetar.instance.javascript._curl_runtime import METHODS
 from magnetar.instance.secrets import SecretsProvider
 from magnetar.instance.url_bindings import (
     UrlAuthType,
@@ -46,139 +45,12 @@ from magnetar.instance.url_hosts import (
     UrlHostRule,
 )
 
-__all__ = ["CURL_RUNTIME", "FETCH_KIND", "UrlClient"]
+__all__ = ["UrlClient"]
 
-FETCH_KIND = "h"
-"""The prelude's fetch kind of a request."""
-_METHODS = ("GET", "POST", "PUT", "HEAD", "DELETE", "PATCH")
 _REDIRECTS = (301, 302, 303, 307, 308)
 _MAX_REDIRECTS = 5
 _CHUNK = 64 * 1024
 _RESERVED_HEADERS = ("host", "content-length", "transfer-encoding", "connection")
-
-CURL_RUNTIME = (
-    r"""
-(function (global) {
-  'use strict';
-  const stringify = JSON.stringify;
-  const parse = JSON.parse;
-  const METHODS = """
-    + json.dumps(list(_METHODS))
-    + r""";
-  const REQUEST_KEYS = ['path', 'params', 'headers', 'body', 'redirect'];
-  const aliases = new Map(); // alias -> the binding's object (a global of the script too)
-  let answers = null; // [message index, answers to its requests], sent by Python this call
-  let calls = 0;
-  let sequence = { call: -1, at: -1, next: 0, asked: null };
-
-  class CurlError extends Error {}
-  Object.defineProperty(CurlError.prototype, 'name', { value: 'CurlError' });
-
-  const runtime = global."""
-    + RUNTIME_GLOBAL
-    + r""".extend('"""
-    + FETCH_KIND
-    + r"""', {
-    bind(settings) {
-      for (const alias of settings.urlBindings) {
-        const binding = Object.freeze({ alias: alias });
-        aliases.set(alias, binding);
-        if (!(alias in global)) {
-          Object.defineProperty(global, alias, { value: binding, writable: true,
-                                                 configurable: true });
-        }
-      }
-    },
-    call() { calls++; answers = null; },
-    fetched(at, list) { answers = [at, list]; },
-  });
-
-  function bindingName(binding) {
-    const alias = typeof binding === 'string' ? binding
-      : (binding !== null && typeof binding === 'object' ? binding.alias : undefined);
-    if (typeof alias !== 'string' || !aliases.has(alias)) {
-      const known = Array.from(aliases.keys()).join(', ') || 'none';
-      throw new CurlError('curl: ' + (typeof alias === 'string' ? "'" + alias + "'" : 'that') +
-                          ' is no URL binding of this function (bindings: ' + known + ')');
-    }
-    return alias;
-  }
-
-  function strings(what, value) {
-    if (value === undefined || value === null) return {};
-    if (typeof value !== 'object' || Array.isArray(value)) {
-      throw new TypeError('curl: request.' + what + ' must be an object');
-    }
-    return value;
-  }
-
-  function request(method, binding, options) {
-    if (typeof method !== 'string' || METHODS.indexOf(method.toUpperCase()) < 0) {
-      throw new TypeError('curl: method must be one of ' + METHODS.join(', ') + ', got ' +
-                          stringify(method));
-    }
-    const alias = bindingName(binding);
-    const given = strings('request', options);
-    for (const key of Object.keys(given)) {
-      if (REQUEST_KEYS.indexOf(key) < 0) {
-        throw new TypeError('curl: request has no field ' + key + ' (fields: ' +
-                            REQUEST_KEYS.join(', ') + ')');
-      }
-    }
-    const path = given.path === undefined ? '' : given.path;
-    if (typeof path !== 'string') throw new TypeError('curl: request.path must be a string');
-    const headers = {};
-    for (const [name, value] of Object.entries(strings('headers', given.headers))) {
-      if (typeof value !== 'string') {
-        throw new TypeError('curl: header ' + name + ' must be a string');
-      }
-      headers[name] = value;
-    }
-    let body = null;
-    let json = false;
-    if (given.body !== undefined && given.body !== null) {
-      json = typeof given.body !== 'string';
-      body = json ? stringify(given.body) : given.body;
-      if (body === undefined) throw new TypeError('curl: request.body has no JSON form');
-    }
-    return { method: method.toUpperCase(), binding: alias, path: path,
-             params: strings('params', given.params), headers: headers, body: body,
-             json: json, redirect: given.redirect === true };
-  }
-
-  function response(answer) {
-    if (answer.error !== undefined) throw new CurlError(answer.error);
-    let body = answer.body;
-    if (answer.json) {
-      try { body = parse(body); } catch (e) { /* a JSON type, not JSON: the text */ }
-    }
-    return { status: answer.status, headers: Object.assign({}, answer.headers), body: body };
-  }
-
-  global.CurlError = CurlError;
-  global.curl = function curl(method, binding, options) {
-    const at = runtime.message();
-    if (at < 0) throw new Error('curl can only be called while processing a message');
-    const spec = request(method, binding, options);
-    if (sequence.call !== calls || sequence.at !== at) {
-      sequence = { call: calls, at: at, next: 0, asked: null };
-    }
-    // the script caught the first unanswered call: the later ones wait for its answer
-    if (sequence.asked !== null) return runtime.need(sequence.asked);
-    const n = sequence.next++;
-    if (answers !== null && answers[0] === at && n < answers[1].length) {
-      return response(answers[1][n]);
-    }
-    sequence.asked = spec;
-    return runtime.need(spec);
-  };
-})(globalThis);
-//# sourceURL="""
-    + RUNTIME_SOURCE_URL
-    + "\n"
-)
-"""Evaluated after the prelude: ``curl`` and ``CurlError``, and each binding's alias as a
-global (unless the script defines that name itself)."""
 
 
 class UrlRequestError(Exception):
@@ -220,8 +92,8 @@ class UrlClient:
         if binding is None:
             known = ", ".join(self._bindings) or "none"
             return {"error": f"curl: {alias!r} is no URL binding of this function ({known})"}
-        if method not in _METHODS:
-            return {"error": f"{where}: method {method} is not one of {', '.join(_METHODS)}"}
+        if method not in METHODS:
+            return {"error": f"{where}: method {method} is not one of {', '.join(METHODS)}"}
         try:
             url = request_url(binding.url, str(spec.get("path") or ""), spec.get("params"))
             return self._send(binding, method, url, spec)

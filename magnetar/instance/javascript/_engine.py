@@ -40,7 +40,7 @@ from py_mini_racer import (
 from py_mini_racer._context import _UNCANCELABLE_TASK_CALLBACK_ID as _ANSWER_BY_QUEUE
 
 from magnetar.instance.exceptions import FunctionLoadError, InstanceError
-from magnetar.instance.javascript._curl import CURL_RUNTIME
+from magnetar.instance.javascript._curl_runtime import CURL_RUNTIME
 from magnetar.instance.javascript._prelude import PRELUDE, RUNTIME_GLOBAL
 
 __all__ = [

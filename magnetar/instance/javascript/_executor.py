@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.instance.exceptions import InstanceError
-from magnetar.instance.javascript._curl import FETCH_KIND, UrlClient
+from magnetar.instance.javascript._curl import UrlClient
+from magnetar.instance.javascript._curl_runtime import FETCH_KIND
 from magnetar.instance.javascript._engine import Interruption, ScriptEngine
 from magnetar.instance.javascript._prelude import RUNTIME_GLOBAL
 from magnetar.instance.metrics import InstanceMetrics

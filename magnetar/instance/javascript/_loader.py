@@ -1,4 +1,4 @@
-"""From a FunctionConfig with ``js`` to a running script: checking a script, and building the
+"""From a FunctionConfig with ``js`` to a running script: checking its file, and building the
 executor of an instance (its settings, its SerDes, its limits)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 from magnetar.instance.config import FunctionConfig
 from magnetar.instance.exceptions import FunctionLoadError
+from magnetar.instance.javascript._check import check_script
 from magnetar.instance.javascript._curl import UrlClient
 from magnetar.instance.javascript._engine import (
     DEFAULT_MEMORY_LIMIT_BYTES,
@@ -24,38 +24,13 @@ from magnetar.instance.state import StateStore, UnconfiguredStateStore
 from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from magnetar.topics import full_topic_name
 
-__all__ = ["check_script", "check_script_file", "open_executor", "script_limits"]
+__all__ = ["check_script_file", "open_executor", "script_limits"]
 
 
 def script_limits(config: FunctionConfig) -> tuple[int, int]:
     """The per-message time limit (ms) and the heap limit (bytes) of the function."""
     ram = (config.resources or {}).get("ram")
     return config.timeout_ms or DEFAULT_TIMEOUT_MS, int(ram or DEFAULT_MEMORY_LIMIT_BYTES)
-
-
-def check_script(
-    source: str | bytes,
-    filename: str,
-    function_name: str | None = None,
-    timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
-) -> None:
-    """Load a script in a context of its own and drop it: FunctionLoadError for a syntax
-    error (line and column), a throwing or runaway top level, or a missing function.
-
-    V8, as mini-racer embeds it, crashes a process holding contexts on several threads at
-    once: a worker checks each script in a process of its own (``worker.script_check``)."""
-    if isinstance(source, bytes):
-        try:
-            source = source.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise FunctionLoadError(
-                f"function script {filename} is not UTF-8 text: {error}"
-            ) from None
-    engine = ScriptEngine(
-        source, filename, function_name, _settings_for_check(), timeout_ms, memory_limit_bytes
-    )
-    engine.close()
 
 
 def check_script_file(config: FunctionConfig) -> None:
@@ -139,21 +114,3 @@ def _pattern_serdes(config: FunctionConfig) -> list[tuple[str, str | None]]:
 
 def _pattern(pattern: str) -> str:
     return full_topic_name(pattern) if "://" not in pattern else pattern
-
-
-def _settings_for_check() -> dict[str, Any]:
-    return {
-        "name": "check",
-        "tenant": "public",
-        "namespace": "default",
-        "instanceId": 0,
-        "inputTopics": [],
-        "outputTopic": None,
-        "userConfig": {},
-        "secrets": {},
-        "stateEnabled": False,
-        "stateError": "",
-        "outputJson": False,
-        "stopOnError": False,
-        "urlBindings": [],
-    }

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.instance.exceptions import FunctionLoadError
-from magnetar.instance.javascript._loader import check_script
+from magnetar.instance.javascript._check import check_script
 from magnetar.instance.privileges import InstanceUser, drop_privileges
 
 __all__ = ["main"]
