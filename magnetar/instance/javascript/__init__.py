@@ -9,8 +9,9 @@ Names are imported when first used (PEP 562): a script check loads V8 and the pr
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from magnetar.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from magnetar.instance.javascript._check import check_script
@@ -60,9 +61,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _HOMES)
