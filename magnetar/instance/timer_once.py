@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from magnetar.instance.delivery import Chunk, ChunkSender
-from magnetar.instance.timers import TIMER_PREFIX, Timer, Timers
+from magnetar.instance.timers import TIMER_PREFIX, Timer, Timers, ref_key
 
 __all__ = ["OnceFirings", "OnceState", "firing_key", "lane_topic"]
 
@@ -54,6 +54,8 @@ class OnceState(Protocol):
     def get_counter(self, key: str) -> int: ...
 
     def incr(self, key: str, amount: int) -> None: ...
+
+    def expect(self, key: str, value: bytes) -> None: ...
 
     def put(self, key: str, value: bytes) -> None: ...
 
@@ -144,6 +146,8 @@ class OnceFirings:
         self._on_refire_error = on_refire_error
         self._max_retries = max_retries
         self._has_output = has_output
+        self._number = 0
+        """The number of the firing being recorded."""
         self._held: dict[int, _Held] = {}
         self._lanes: dict[int, _Lane] = {}
         self._acks: list[str] = []
@@ -169,14 +173,22 @@ class OnceFirings:
         """Whether this instance holds its lane now (else another instance still does)."""
         return not self._has_output or self._producer_of(self._lane) is not None
 
-    def fired(self, timer: Timer, result: Any) -> None:
-        """Record a firing whose callback returned ``result`` (its state changes are the
-        current updates): one record tagged with the firing's number; the output waits in
-        memory until the record is applied."""
+    def firing(self, timer: Timer) -> None:
+        """Start the record of a firing of ``timer``, before its callback runs: the lane's
+        next number, and the guard that applies the rest (the callback's state changes,
+        the removal, the outbox entry) only while this arming of the timer is pending."""
         state = self._state
         count_key = _lane_count_key(self._lane)
-        number = state.get_counter(count_key) + 1
-        state.incr(count_key, 1)
+        self._number = state.get_counter(count_key) + 1
+        state.incr(count_key, 1)  # before the guard: a number is used up either way
+        state.expect(ref_key(timer.reference), timer.encode())
+
+    def fired(self, timer: Timer, result: Any) -> None:
+        """End the record of the firing ``firing`` started, whose callback returned
+        ``result``: tagged with the firing's number, so it applies once; the output waits
+        in memory until the record is applied."""
+        state = self._state
+        number = self._number
         self._timers.remove_fired(timer)
         if not self._has_output:
             state.commit_at(lane_topic(self._lane), (0, number, -1))

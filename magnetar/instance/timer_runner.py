@@ -200,6 +200,8 @@ class TimerRunner:
         metrics = self._metrics
         once = self._once
         try:
+            if once is not None:
+                once.firing(timer)
             result = self._fire(timer)
             if once is not None:
                 # the timer goes in the firing's own record (the state's overlay shows it

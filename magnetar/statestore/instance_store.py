@@ -35,6 +35,7 @@ from magnetar.statestore.journal import (
 )
 from magnetar.statestore.records import (
     DELETE,
+    EXPECT,
     INCR,
     INT64,
     INT64_MAX,
@@ -142,6 +143,11 @@ class JournaledStateStore:
 
     def delete(self, key: str) -> None:
         self._append(DELETE, key, None, b"")
+
+    def expect(self, key: str, value: bytes) -> None:
+        """The updates after this one apply only if ``key`` holds ``value`` when the table
+        applies them (they are seen at once here all the same)."""
+        self._append(EXPECT, key, value, U32.pack(len(value)) + value)
 
     def get_counter(self, key: str) -> int:
         entry = self._read(state_key(key))
