@@ -1,24 +1,25 @@
 """Firing timers exactly once (EFFECTIVELY_ONCE on a broker that deduplicates).
 
 Each firing gets a durable identity before its output leaves: the next number ``X`` of a
-*lane*, a per-owner sequence kept in the function's state (lane ``i`` is instance ``i``'s).
-The firing's state changes, the timer's removal (or re-arming by its callback), the lane's
-count and an *outbox entry* ``firing_key(lane, X)`` (the timer, and which firing wrote it)
-are one journal record tagged with (lane, X): the state table applies it once, as it
-applies an input's record once, so a second firing of the same number changes nothing.
+*lane*, a sequence of firings kept in the function's state (lane ``i`` is instance ``i``'s).
+The firing is one journal record, tagged with (lane, X) so the state table applies it once
+(as it applies an input's record once): the lane's count, then a guard (``EXPECT``) that the
+timer is still pending as it was armed, then the callback's state changes, the timer's
+removal (unless the callback re-armed it) and an *outbox entry* ``firing_key(lane, X)``
+(the timer, and which firing wrote it). A number is used up whether or not the guard holds;
+what follows the guard applies only while the timer is pending, so two instances that both
+fire a timer (an owner change caught midway) change the state once.
 
-The output goes out only after that record is applied, through a producer named after the
+The output goes out only once the record is applied, through a producer named after the
 lane with sequence id ``X``: the broker drops a repeat of ``X``. Only the instance holding
 the lane's producer name (the broker lets one producer hold a name) fires on the lane and
-sends its outbox, in ``X`` order. An outbox entry this instance has no output for (written
-by a process that crashed, or by another instance that owned the lane before) is fired
-again to compute the output, its state changes dropped (they were applied with the entry),
-and sent with its ``X``: a duplicate of what reached the topic, dropped by the broker, or
-the output that never did. Once the send is persisted the entry is deleted.
-
-Two instances firing on one lane at once (an owner change) race for each number: the
-journal's order decides, the loser's record is skipped by every table, and the loser sends
-nothing of it (its timer, still pending, fires again).
+sends its outbox, in ``X`` order. An outbox entry this process has no output for (written by
+a process that crashed, or by another instance that held the lane before) is fired again to
+compute the output, its state changes dropped (they were applied with the entry), and sent
+with its ``X``: a repeat of what reached the topic, which the broker drops, or the output
+that never did. Once the send is persisted the entry is deleted. A firing whose record the
+table skipped (its number or its timer taken by another firing) sends nothing; its timer,
+if still pending, fires again.
 """
 
 from __future__ import annotations
@@ -157,11 +158,6 @@ class OnceFirings:
     def acks_waiting(self) -> bool:
         return bool(self._acks)
 
-    @property
-    def waiting(self) -> bool:
-        """Firings wait for their records to be applied."""
-        return bool(self._held)
-
     def acknowledge(self) -> None:
         """Delete the outbox entries whose sends are persisted, as part of the current
         updates (a number is never used twice: deleting an entry again is harmless)."""
@@ -255,6 +251,7 @@ class OnceFirings:
             else:
                 try:
                     content = self._refire(timer)
+                    lane.failures.pop(number, None)
                 except Exception as error:
                     if not self._give_up(lane, number, timer, error):
                         break  # the lane's later numbers wait: they must follow this one
