@@ -28,6 +28,7 @@ import itertools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -46,6 +47,7 @@ _X_DIGITS = 19
 _PROCESS = os.urandom(6).hex()
 _FIRINGS = itertools.count()
 _OUTBOX_PAGE = 1000
+_LANES_EVERY_S = 1.0
 
 
 @runtime_checkable
@@ -79,6 +81,11 @@ def firing_key(lane: int, number: int) -> str:
 def _parse_firing_key(key: str) -> tuple[int, int]:
     lane, _, number = key[len(_FIRE) :].partition("/")
     return int(lane), int(number)
+
+
+def _lane_end(lane: int) -> str:
+    """Just past the last ``firing_key`` of ``lane``."""
+    return f"{_FIRE}{lane:0{_LANE_DIGITS}d}/\x7f"
 
 
 def _lane_count_key(lane: int) -> str:
@@ -151,6 +158,8 @@ class OnceFirings:
         """The number of the firing being recorded."""
         self._held: dict[int, _Held] = {}
         self._lanes: dict[int, _Lane] = {}
+        self._other_lanes: list[int] = []
+        self._next_lane_scan = 0.0
         self._acks: list[str] = []
         self._by_chunk: dict[int, list[tuple[int, int]]] = {}
 
@@ -201,24 +210,46 @@ class OnceFirings:
         another (their timers are still pending)."""
         if not self._has_output:
             return
-        confirmed = self._state.confirmed_seq  # before the scan: the scan holds these
-        entries = self._state.scan(_FIRE, _FIRE[:-1] + chr(ord("/") + 1), _OUTBOX_PAGE)
-        by_lane: dict[int, list[tuple[int, dict[str, Any], bytes]]] = {}
+        confirmed = self._state.confirmed_seq  # before the scans: they hold these
         applied: set[int] = set()
-        for key, raw in entries:
-            lane, number = _parse_firing_key(key)
-            if lane % self._parallelism != self._instance_id or not isinstance(raw, bytes):
-                continue
-            entry = json.loads(raw)
-            held = self._held.get(number) if lane == self._lane else None
-            if held is not None and held.by == entry["by"]:
-                applied.add(number)
-            by_lane.setdefault(lane, []).append((number, entry, raw))
+        for lane_number in self._lanes_to_send():
+            lane = self._lanes.get(lane_number)
+            after = lane.sent_through if lane is not None else 0
+            start = firing_key(lane_number, after + 1)
+            found: list[tuple[int, dict[str, Any], bytes]] = []
+            for key, raw in self._state.scan(start, _lane_end(lane_number), _OUTBOX_PAGE):
+                if not isinstance(raw, bytes):
+                    continue
+                number = _parse_firing_key(key)[1]
+                entry = json.loads(raw)
+                held = self._held.get(number) if lane_number == self._lane else None
+                if held is not None and held.by == entry["by"]:
+                    applied.add(number)
+                found.append((number, entry, raw))
+            if found:
+                self._send_lane(chunk, lane_number, found)
         for number, held in list(self._held.items()):
             if held.record_seq <= confirmed and number not in applied:
                 del self._held[number]  # another firing took the number
-        for lane, found in by_lane.items():
-            self._send_lane(chunk, lane, found)
+
+    def _lanes_to_send(self) -> list[int]:
+        """This instance's lane, and those of instances gone (a lower parallelism) that
+        fall to it and have entries left: looked for at most every ``_LANES_EVERY_S``."""
+        now = time.monotonic()
+        if now >= self._next_lane_scan:
+            self._next_lane_scan = now + _LANES_EVERY_S
+            lanes = {self._lane}
+            start = _FIRE
+            while True:
+                page = self._state.scan(start, _FIRE[:-1] + chr(ord("/") + 1), 1)
+                if not page:
+                    break
+                lane = _parse_firing_key(page[0][0])[0]
+                if lane % self._parallelism == self._instance_id:
+                    lanes.add(lane)
+                start = _lane_end(lane)  # the next lane's first entry
+            self._other_lanes = sorted(lanes - {self._lane})
+        return [self._lane, *self._other_lanes]
 
     def settled(self, chunk: Chunk) -> None:
         sent = self._by_chunk.pop(id(chunk), [])
