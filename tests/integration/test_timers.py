@@ -16,6 +16,10 @@ import pulsar
 import pytest
 
 from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
+from magnetar.instance.delivery import ChunkSender
+from magnetar.instance.timer_once import OnceFirings
+from magnetar.instance.timer_runner import timer_properties
+from magnetar.instance.timers import Timers
 from magnetar.statestore import JournaledStateStore, StateOptions, StateTable, journal_topic
 from magnetar.worker.broker_admin import BrokerAdmin
 from tests.conftest import EXAMPLES
@@ -280,3 +284,84 @@ def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
     assert sorted(fired) == sorted(references)
     assert count is not None and count.counter == 200, count
     assert by_instance[1] > 0, by_instance  # instance 1 fired some: the race took place
+
+
+@pytest.mark.brokers("apache")
+def test_a_firing_left_unpublished_by_an_instance_gone_is_published_once_by_its_heir(
+    client: pulsar.Client, apache_pulsar: Any, topic: str, tmp_path: Path
+) -> None:
+    """Instance 1 of 2 fired "r1" (its count and removal journaled) and died before its
+    output left; the function runs on at parallelism 1: instance 0 publishes r1's output,
+    without counting it again or firing it twice, and fires "r2" as usual."""
+    code = tmp_path / "counted.py"
+    code.write_text(COUNTED)
+    output = f"{topic}-out"
+    admin = BrokerAdmin(apache_pulsar.admin_url)
+    admin.create_topic(output)
+    admin.enable_deduplication(output)
+    admin.close()
+    fqfn = f"public/default/heir-{uuid.uuid4().hex[:6]}"
+    journal_options = StateOptions(str(tmp_path / "gone"), namespace="public/default")
+    gone = JournaledStateStore(client, fqfn, journal_options, True)
+    timers = Timers(gone)
+    now = time.time()
+    for reference in ("r1", "r2"):
+        timers.arm("method:ring", now - 1, reference, reference)
+    gone.commit_unsourced()
+    sender = ChunkSender(1 << 20)
+    firings = OnceFirings(
+        gone,
+        timers,
+        instance_id=1,
+        parallelism=2,
+        lane_producer=lambda name: None,  # it died before sending
+        lane_name=str,
+        fire=str,
+        encode=str.encode,
+        properties=timer_properties,
+        sender=sender,
+        on_refire_error=lambda timer, error: None,
+        max_retries=None,
+        has_output=True,
+    )
+    timer = timers.get("r1")
+    assert timer is not None
+    firings.firing(timer)
+    gone.incr("fired", 1)  # what the callback did
+    firings.fired(timer, json.dumps({"fired": "r1"}))
+    payloads, _ = gone.drain()
+    journal = client.create_producer(gone.journal_topic)
+    for payload in payloads:
+        journal.send(payload)
+    journal.close()
+    sender.close()
+    gone.close()
+
+    tenant, namespace, name = fqfn.split("/")
+    config = FunctionConfig(
+        tenant=tenant,
+        namespace=namespace,
+        name=name,
+        py=str(code),
+        class_name="counted.Counted",
+        inputs=[topic],
+        output=output,
+        processing_guarantees="EFFECTIVELY_ONCE",
+    )
+    options = StateOptions(str(tmp_path / "heir"), namespace="public/default")
+    state = JournaledStateStore(client, fqfn, options, True)
+    instance = FunctionInstance(config, client, InstanceOptions(), state=state).start()
+    try:
+        wait_for(lambda: len(collect(client, output, 2, 15)) >= 2, 30)
+        time.sleep(1)  # a repeat would be published by now
+        fired = every_output(client, output)
+    finally:
+        instance.stop()
+        instance.wait(30)
+        state.close()
+    table = StateTable(client, journal_topic(fqfn, "public/default"), tmp_path / "t")
+    table.start().catch_up(20)
+    count = table.get("fired")
+    table.stop()
+    assert sorted(fired) == ["r1", "r2"]
+    assert count is not None and count.counter == 2, count
