@@ -154,8 +154,8 @@ class OnceFirings:
         self._on_refire_error = on_refire_error
         self._max_retries = max_retries
         self._has_output = has_output
-        self._number = 0
-        """The number of the firing being recorded."""
+        self._next_number = 1
+        """The number the next firing takes (``send`` reads it from the lane's count)."""
         self._held: dict[int, _Held] = {}
         self._lanes: dict[int, _Lane] = {}
         self._other_lanes: list[int] = []
@@ -183,9 +183,7 @@ class OnceFirings:
         next number, and the guard that applies the rest (the callback's state changes,
         the removal, the outbox entry) only while this arming of the timer is pending."""
         state = self._state
-        count_key = _lane_count_key(self._lane)
-        self._number = state.get_counter(count_key) + 1
-        state.incr(count_key, 1)  # before the guard: a number is used up either way
+        state.incr(_lane_count_key(self._lane), 1)  # before the guard: used up either way
         state.expect(ref_key(timer.reference), timer.encode())
 
     def fired(self, timer: Timer, result: Any) -> None:
@@ -193,7 +191,8 @@ class OnceFirings:
         ``result``: tagged with the firing's number, so it applies once; the output waits
         in memory until the record is applied."""
         state = self._state
-        number = self._number
+        number = self._next_number
+        self._next_number += 1
         self._timers.remove_fired(timer)
         if not self._has_output:
             state.commit_at(lane_topic(self._lane), (0, number, -1))
@@ -207,7 +206,11 @@ class OnceFirings:
     def send(self, chunk: Chunk) -> None:
         """Send the applied firings of this instance's lanes not sent yet, in number order,
         as part of ``chunk``; forget this process's firings that lost their number to
-        another (their timers are still pending)."""
+        another (their timers are still pending). Called before each round of firings."""
+        # the lane's count as this process sees it (its own firings included, and not those
+        # whose journal send failed: no number is skipped), read once per round of firings:
+        # read per firing, it would go through every firing still unapplied
+        self._next_number = self._state.get_counter(_lane_count_key(self._lane)) + 1
         if not self._has_output:
             return
         confirmed = self._state.confirmed_seq  # before the scans: they hold these

@@ -195,7 +195,8 @@ class TimerRunner:
 
     def _fire_one(self, chunk: Chunk, timer: Timer) -> bool:
         """Fire ``timer``; whether it is done with (fired, or dead-lettered) once ``chunk``
-        is persisted."""
+        is persisted, so it is removed then (an exactly-once firing removes it in its own
+        record instead)."""
         self._in_flight[timer.reference] = timer
         metrics = self._metrics
         once = self._once
