@@ -11,9 +11,11 @@ embedded pulsar-lite:
 
 With ``--pending N``, also the memory (RSS of this process: the instance, its client and
 its RocksDB) of an instance holding N pending timers against the same instance before it
-armed any.
+armed any. ``--broker apache --guarantees EFFECTIVELY_ONCE`` measures the exactly-once
+firings (``timer_once``) on an Apache Pulsar standalone, its output deduplicated.
 
     python bench/timers.py [--timers 20000] [--steady-s 5] [--pending 1000000]
+                           [--broker lite|apache] [--guarantees EFFECTIVELY_ONCE]
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
+from _brokers import Broker, add_broker_options, chosen, running
 from _throughput import ROOT
 
-from magnetar.broker import EmbeddedBroker
 from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
 from magnetar.statestore import JournaledStateStore, StateOptions
+from magnetar.worker.broker_admin import BrokerAdmin
 
 CODE = '''
 import time
@@ -71,7 +74,15 @@ def _wait(condition: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.002)
 
 
-def _phase(client: pulsar.Client, work: Path, code: Path, count: int, steady_s: float) -> Any:
+def _phase(
+    client: pulsar.Client,
+    broker: Broker,
+    work: Path,
+    code: Path,
+    count: int,
+    steady_s: float,
+    guarantees: str,
+) -> Any:
     topic = f"alarms-{uuid.uuid4().hex[:6]}"
     config = FunctionConfig(
         name=f"alarm-{uuid.uuid4().hex[:6]}",
@@ -80,9 +91,19 @@ def _phase(client: pulsar.Client, work: Path, code: Path, count: int, steady_s: 
         inputs=[topic],
         output=f"{topic}-out",
         subscription_position="Earliest",
+        processing_guarantees=guarantees,
     )
-    state = JournaledStateStore(client, config.fqfn, StateOptions(str(work / "state")))
-    instance = FunctionInstance(config, client, InstanceOptions(), state=state).start()
+    effectively_once = guarantees == "EFFECTIVELY_ONCE"
+    if broker.admin_url and effectively_once:  # as a worker does for such a function
+        admin = BrokerAdmin(broker.admin_url)
+        admin.create_topic(f"persistent://public/default/{topic}-out")
+        admin.enable_deduplication(f"persistent://public/default/{topic}-out")
+        admin.close()
+    # a namespace Apache Pulsar has from the start (a worker creates its own)
+    options = StateOptions(str(work / "state"), namespace="public/default")
+    state = JournaledStateStore(client, config.fqfn, options, effectively_once)
+    instance_options = InstanceOptions(broker_may_deduplicate=broker.admin_url is not None)
+    instance = FunctionInstance(config, client, instance_options, state=state).start()
     metrics = instance.metrics
     try:
         # arming: due in an hour, so nothing fires meanwhile
@@ -142,7 +163,8 @@ def _pending(client: pulsar.Client, work: Path, code: Path, count: int) -> Any:
         inputs=[topic],
         subscription_position="Earliest",
     )
-    state = JournaledStateStore(client, config.fqfn, StateOptions(str(work / "pending-state")))
+    options = StateOptions(str(work / "pending-state"), namespace="public/default")
+    state = JournaledStateStore(client, config.fqfn, options)
     instance = FunctionInstance(config, client, InstanceOptions(), state=state).start()
     try:
         time.sleep(2)
@@ -176,25 +198,32 @@ def main() -> None:
     parser.add_argument("--timers", type=int, default=20_000)
     parser.add_argument("--steady-s", type=float, default=5.0)
     parser.add_argument("--pending", type=int, default=0)
+    parser.add_argument(
+        "--guarantees", choices=("ATLEAST_ONCE", "EFFECTIVELY_ONCE"), default="ATLEAST_ONCE"
+    )
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "timers.json"))
+    add_broker_options(parser, default="lite")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="magnetar-bench-timers-"))
     try:
         code = work / "alarm.py"
         code.write_text(CODE)
-        with EmbeddedBroker(work / "broker") as broker:
+        with running(chosen(args)[0], args) as broker:
             client = pulsar.Client(
                 broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
             )
             try:
-                result = _phase(client, work, code, args.timers, args.steady_s)
+                result = _phase(
+                    client, broker, work, code, args.timers, args.steady_s, args.guarantees
+                )
                 if args.pending:
                     result["memory"] = _pending(client, work, code, args.pending)
             finally:
                 client.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result["broker"] = "pulsar-lite (embedded)"
+    result["broker"] = broker.description
+    result["guarantees"] = args.guarantees
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")

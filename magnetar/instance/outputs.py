@@ -84,6 +84,18 @@ class Outputs:
             return self._by_partition.producer(input_topic)
         return self.output
 
+    def timer_lane(self, name: str) -> Any:
+        """The output producer named ``name`` for a lane of timer firings, or None while
+        another producer holds the name (see ``timer_once``)."""
+        assert self._by_partition is not None
+        return self._by_partition.try_producer(name)
+
+    @property
+    def deduplicated(self) -> bool:
+        """Outputs go through named producers with sequence ids (EFFECTIVELY_ONCE on a
+        broker that may deduplicate)."""
+        return self._by_partition is not None
+
     def close_idle(self) -> None:
         """Let go of the output producers of input partitions that went quiet (see
         ``partition_outputs``)."""

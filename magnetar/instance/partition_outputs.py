@@ -60,6 +60,7 @@ class PartitionOutputs:
         self._stopping = stopping
         self._idle_close_s = idle_close_s
         self._producers: dict[str, _Named] = {}
+        self._busy_until: dict[str, float] = {}
         self._next_idle_check = time.monotonic() + idle_close_s
 
     def producer(self, input_partition: str) -> Any:
@@ -71,6 +72,26 @@ class PartitionOutputs:
         else:
             named.last_used = now
         return named.producer
+
+    def try_producer(self, name: str) -> Any:
+        """The producer named ``name``, or None while another producer holds the name (it
+        is asked for again at most every ``_BUSY_RETRY_S``): for who may fire a lane of
+        timers (see ``timer_once``), without waiting."""
+        named = self._producers.get(name)
+        now = time.monotonic()
+        if named is not None:
+            named.last_used = now
+            return named.producer
+        if now < self._busy_until.get(name, 0.0):
+            return None
+        try:
+            producer = self._create(name)
+        except pulsar.ProducerBusy:
+            self._busy_until[name] = now + _BUSY_RETRY_S
+            return None
+        self._busy_until.pop(name, None)
+        self._producers[name] = _Named(producer, now)
+        return producer
 
     def close_idle(self) -> None:
         """Close the producers unused for ``idle_close_s``, so another instance that took

@@ -4,7 +4,9 @@ The instance scans its state table for timers due now that it owns (see ``timers
 fires each on a chunk of its own: the callback's result is sent like a result of
 ``process`` and its state updates go out as one journal record. Only once that chunk is
 persisted is the timer removed (in a later chunk, and only if the callback did not re-arm
-it), so a crash in between fires it again: at least once, never lost. A callback that raises
+it), so a crash in between fires it again: at least once, never lost. Under EFFECTIVELY_ONCE
+on a broker that deduplicates, ``timer_once`` makes a firing exactly once instead: the
+removal goes in the firing's own record, and the output follows it. A callback that raises
 is retried after a backoff and, its retries used up, its timer goes to the dead-letter topic
 (the payload as JSON, with the reference and callback as properties).
 """
@@ -20,6 +22,7 @@ from typing import Any
 from magnetar.instance.delivery import Chunk
 from magnetar.instance.exceptions import TimerCallbackError
 from magnetar.instance.metrics import InstanceMetrics
+from magnetar.instance.timer_once import OnceFirings
 from magnetar.instance.timers import PENDING_KEY, Timer, Timers, due_range, owner, parse_due_key
 
 __all__ = [
@@ -72,10 +75,13 @@ class TimerRunner:
         retry_delay_s: float,
         max_retry_delay_s: float,
         enabled: bool,
+        once: OnceFirings | None = None,
     ) -> None:
         """``enabled``: the function is known to use timers (else the runner starts once
-        it arms one: looking for due timers materializes the state table)."""
+        it arms one: looking for due timers materializes the state table); ``once``:
+        firings are exactly once (EFFECTIVELY_ONCE, see ``timer_once``)."""
         self._enabled = enabled
+        self._once = once
         self._timers = timers
         self._state = timers.state
         self._instance_id = instance_id
@@ -112,18 +118,19 @@ class TimerRunner:
         """How long the instance may wait for input before looking again."""
         if not self.active:
             return None
-        if self._to_remove:
+        if self.removals:
             return 0.0
         return max(0.0, self._next_poll - time.monotonic())
 
     def due(self) -> bool:
         """Whether ``fire_due`` has work now."""
-        return self.active and (bool(self._to_remove) or time.monotonic() >= self._next_poll)
+        return self.active and (self.removals or time.monotonic() >= self._next_poll)
 
     @property
     def removals(self) -> bool:
-        """Fired timers whose firing is persisted wait to be removed."""
-        return bool(self._to_remove)
+        """Fired timers whose firing is persisted wait to be removed (or, exactly once,
+        outbox entries whose output is persisted wait to be deleted)."""
+        return bool(self._to_remove) or (self._once is not None and self._once.acks_waiting)
 
     def remove_settled(self) -> None:
         """Remove the timers whose firings are persisted (their record goes with the
@@ -132,6 +139,8 @@ class TimerRunner:
         for timer in removed:
             self._timers.remove_fired(timer)
             self._in_flight.pop(timer.reference, None)
+        if self._once is not None:
+            self._once.acknowledge()
         self._state.commit_unsourced()
 
     def fire_due(self, chunk: Chunk) -> None:
@@ -143,6 +152,12 @@ class TimerRunner:
         if self._instance_id == 0 and now >= self._next_pending:
             self._metrics.timers_pending = self._state.get_counter(PENDING_KEY)
             self._next_pending = now + _PENDING_EVERY_S
+        once = self._once
+        if once is not None:
+            once.send(chunk)  # the outbox first: its numbers are below the new firings'
+            chunk.on_settled = self._settled
+            if not once.may_fire():
+                return  # another instance holds this instance's lane still
         fired: list[Timer] = []
         for timer in self._due_timers(now):
             if self._fire_one(chunk, timer):
@@ -180,20 +195,31 @@ class TimerRunner:
 
     def _fire_one(self, chunk: Chunk, timer: Timer) -> bool:
         """Fire ``timer``; whether it is done with (fired, or dead-lettered) once ``chunk``
-        is persisted."""
+        is persisted, so it is removed then (an exactly-once firing removes it in its own
+        record instead)."""
         self._in_flight[timer.reference] = timer
         metrics = self._metrics
+        once = self._once
         try:
+            if once is not None:
+                once.firing(timer)
             result = self._fire(timer)
-            if result is not None:
+            if once is not None:
+                # the timer goes in the firing's own record (the state's overlay shows it
+                # gone), its output once that record is applied
+                once.fired(timer, result)
+            elif result is not None:
                 self._send(chunk, timer, result)
         except Exception as error:
             self._rollback()
             return self._failed(chunk, timer, error)
-        self._state.commit_unsourced()
         self._failures.pop(timer.reference, None)
         metrics.timers_fired += 1
         metrics.timer_lateness_ms.append(max(0, int(time.time() * 1000) - timer.due_ms))
+        if once is not None:
+            del self._in_flight[timer.reference]
+            return False
+        self._state.commit_unsourced()
         return True
 
     def _failed(self, chunk: Chunk, timer: Timer, error: Exception) -> bool:
@@ -224,6 +250,8 @@ class TimerRunner:
         return True
 
     def _settled(self, chunk: Chunk) -> None:
+        if self._once is not None:
+            self._once.settled(chunk)
         fired = self._by_chunk.pop(id(chunk), [])
         if chunk.error or chunk.failed:
             for timer in fired:  # not persisted: fire it again

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from magnetar.instance.config import FunctionConfig
+from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.context import InstanceContext
 from magnetar.instance.dead_letter import DeadLetters
 from magnetar.instance.delivery import Chunk, ChunkSender
@@ -21,6 +21,7 @@ from magnetar.instance.outputs import Outputs
 from magnetar.instance.serde import SerDe
 from magnetar.instance.state import StateStore
 from magnetar.instance.timer_callbacks import PythonCallbacks, uses_timers
+from magnetar.instance.timer_once import OnceFirings, OnceState
 from magnetar.instance.timer_runner import TimerRunner, dead_letter_payload, timer_properties
 from magnetar.instance.timers import Timer, Timers, TimerState
 
@@ -96,6 +97,9 @@ class TimerPlumbing:
         config, options, outputs, sender = self.config, self.options, self.outputs, self.sender
         dead_letters = DeadLetters(config, sender, outputs.producer)
 
+        def encode(result: Any) -> bytes:
+            return result if output_serde is None else output_serde.serialize(result)
+
         def send(chunk: Chunk, timer: Timer, result: Any) -> None:
             """A callback's result goes where ``process``'s go, with the timer's reference."""
             producer = outputs.output
@@ -103,8 +107,7 @@ class TimerPlumbing:
                 producer = outputs.producer(config.output)
             if producer is None:
                 return
-            content = result if output_serde is None else output_serde.serialize(result)
-            sender.send(chunk, producer, content, {"properties": timer_properties(timer)})
+            sender.send(chunk, producer, encode(result), {"properties": timer_properties(timer)})
 
         assert isinstance(self.state, TimerState)
         return TimerRunner(
@@ -123,4 +126,37 @@ class TimerPlumbing:
             options.retry_delay_ms / 1000,
             options.max_retry_delay_ms / 1000,
             enabled,
+            self._once(timers, fire, encode),
+        )
+
+    def _once(
+        self, timers: Timers, fire: Callable[[Timer], Any], encode: Callable[[Any], bytes]
+    ) -> OnceFirings | None:
+        """Exactly-once firings, for EFFECTIVELY_ONCE on a broker that may deduplicate
+        (on pulsar-lite, which cannot, firings stay at least once)."""
+        config, options, outputs = self.config, self.options, self.outputs
+        effectively_once = config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
+        if not (effectively_once and options.broker_may_deduplicate):
+            return None
+        assert isinstance(self.state, OnceState)
+        fqfn = config.fqfn
+
+        def report(timer: Timer, error: Exception) -> None:
+            self.metrics.record_user_exception(error)
+            self.logger.error("user exception firing timer %r again: %s", timer.reference, error)
+
+        return OnceFirings(
+            self.state,
+            timers,
+            options.instance_id,
+            config.parallelism,
+            outputs.timer_lane if outputs.deduplicated else lambda name: None,
+            lambda lane: f"{fqfn}-timers-{lane}",
+            fire,
+            encode,
+            timer_properties,
+            self.sender,
+            report,
+            config.max_message_retries,
+            has_output=outputs.deduplicated,
         )

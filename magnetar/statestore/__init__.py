@@ -33,6 +33,7 @@ from magnetar.statestore.queries import StateQueryService, instance_state_dir
 from magnetar.statestore.records import (
     CLEAR,
     DELETE,
+    EXPECT,
     INCR,
     MAX_KEY_BYTES,
     MAX_RECORD_BYTES,
@@ -47,6 +48,7 @@ from magnetar.statestore.table import StateTable
 __all__ = [
     "CLEAR",
     "DELETE",
+    "EXPECT",
     "INCR",
     "MAX_KEY_BYTES",
     "MAX_RECORD_BYTES",

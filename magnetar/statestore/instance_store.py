@@ -35,6 +35,7 @@ from magnetar.statestore.journal import (
 )
 from magnetar.statestore.records import (
     DELETE,
+    EXPECT,
     INCR,
     INT64,
     INT64_MAX,
@@ -143,6 +144,11 @@ class JournaledStateStore:
     def delete(self, key: str) -> None:
         self._append(DELETE, key, None, b"")
 
+    def expect(self, key: str, value: bytes) -> None:
+        """The updates after this one apply only if ``key`` holds ``value`` when the table
+        applies them (they are seen at once here all the same)."""
+        self._append(EXPECT, key, value, U32.pack(len(value)) + value)
+
     def get_counter(self, key: str) -> int:
         entry = self._read(state_key(key))
         if entry is None:
@@ -201,6 +207,31 @@ class JournaledStateStore:
         if self._table is not None:
             self._index(self._seq, self._current)
             self._current = []
+
+    def commit_at(self, source_topic: str, source: tuple[int, int, int]) -> int:
+        """The current updates become one record of ``source`` in ``source_topic`` (not an
+        input: a timer's firing, see ``timer_once``), applied once like an input's under
+        EFFECTIVELY_ONCE; its sequence number (0 when there was nothing to record)."""
+        if not self._count:
+            return 0
+        self._seq += 1
+        head = self._heads.get(source_topic)
+        if head is None:
+            head = self._heads[source_topic] = _record_head(source_topic)
+        record = head[0].pack(self._seq, head[1], self._count, head[2], *source)
+        self._records.append(record + self._buf)
+        self._buf = bytearray()
+        self._count = 0
+        if self._table is not None:
+            self._index(self._seq, self._current)
+            self._current = []
+        return self._seq
+
+    @property
+    def confirmed_seq(self) -> int:
+        """The sequence number of this store's last record the table has applied (or
+        skipped as applied before); 0 before reads start."""
+        return self._table.confirmed_seq if self._table is not None else 0
 
     def open(self) -> None:
         """Materialize the table now rather than on the first read (timers fire without

@@ -9,7 +9,9 @@ whole or not at all and costs the broker nothing per input.
 
 Operations: ``INCR`` adds a signed 64-bit amount to a counter (wrapping like Java's long, as
 BookKeeper's counters do), ``PUT`` replaces a key's value, ``DELETE`` removes a key,
-``CLEAR`` removes every key (a deleted function's state).
+``CLEAR`` removes every key (a deleted function's state). ``EXPECT`` guards the rest of its
+record: the operations after it apply only if the key holds exactly the given value then
+(a timer's firing applies only while the timer is still pending, see ``timer_once``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from magnetar.statestore.exceptions import InvalidStateUpdateError, StateTooLarg
 __all__ = [
     "CLEAR",
     "DELETE",
+    "EXPECT",
     "INCR",
     "INT64",
     "INT64_MAX",
@@ -45,10 +48,11 @@ __all__ = [
     "decode_records",
     "encode_message",
     "encode_record",
+    "holds",
     "state_key",
 ]
 
-INCR, PUT, DELETE, CLEAR = 1, 2, 3, 4
+INCR, PUT, DELETE, CLEAR, EXPECT = 1, 2, 3, 4, 5
 
 MAX_KEY_BYTES = 4096
 """Longest key, in UTF-8 bytes."""
@@ -73,7 +77,7 @@ U32 = struct.Struct(">I")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Op = tuple[int, bytes, Any]
-"""(kind, key, amount for INCR / value for PUT / None)."""
+"""(kind, key, amount for INCR / value for PUT and EXPECT / None)."""
 
 Entry = tuple[bool, Any, int]
 """A key's state in a table: (is counter, int or bytes, version)."""
@@ -170,7 +174,7 @@ def encode_record(seq: int, source_topic: bytes, source: Position, ops: list[Op]
         parts.append(key)
         if kind == INCR:
             parts.append(INT64.pack(arg))
-        elif kind == PUT:
+        elif kind in (PUT, EXPECT):
             parts.append(U32.pack(len(arg)))
             parts.append(arg)
     return b"".join(parts)
@@ -215,7 +219,7 @@ def decode_message(payload: bytes) -> JournalMessage:
                 if kind == INCR:
                     (arg,) = INT64.unpack_from(payload, offset)
                     offset += 8
-                elif kind == PUT:
+                elif kind in (PUT, EXPECT):
                     (length,) = U32.unpack_from(payload, offset)
                     offset += 4
                     arg = payload[offset : offset + length]
@@ -231,8 +235,13 @@ def decode_message(payload: bytes) -> JournalMessage:
     return JournalMessage(writer_id, epoch, bool(flags & _DEDUP), records)
 
 
+def holds(entry: Entry | None, value: bytes) -> bool:
+    """Whether an entry holds exactly ``value`` (an ``EXPECT``'s condition)."""
+    return entry is not None and not entry[0] and bytes(entry[1]) == value
+
+
 def apply_op(entry: Entry | None, kind: int, arg: Any) -> Entry | None:
-    """A key's entry after one operation (CLEAR is the table's business)."""
+    """A key's entry after one operation (CLEAR and EXPECT are the table's business)."""
     if kind == INCR:
         if entry is not None and entry[0]:
             total = entry[1] + arg
@@ -243,4 +252,6 @@ def apply_op(entry: Entry | None, kind: int, arg: Any) -> Entry | None:
         return (True, arg, 0 if entry is None else entry[2] + 1)
     if kind == PUT:
         return (False, arg, 0 if entry is None else entry[2] + 1)
+    if kind == EXPECT:
+        return entry
     return None

@@ -11,6 +11,7 @@ Rules, the same on every replica because the journal's order is the same for eve
 * a record of an EFFECTIVELY_ONCE writer whose input position is not after the last one
   applied from that input partition is a replay of an input applied before: it is skipped,
   so an input's updates count once even when the input is processed again after a crash;
+* ``EXPECT`` applies the rest of its record only if its key holds its value then;
 * ``CLEAR`` (a deleted function) empties the table and raises the minimum epoch, so records
   that instances of the deleted function still send afterwards are dropped.
 
@@ -37,11 +38,13 @@ from magnetar.positions import NOTHING, AppliedPositions, Position
 from magnetar.statestore.exceptions import StateJournalError, StateStoreError
 from magnetar.statestore.records import (
     CLEAR,
+    EXPECT,
     Entry,
     JournalMessage,
     StateEntry,
     apply_op,
     decode_message,
+    holds,
 )
 from magnetar.statestore.snapshots import Snapshot, load_latest_snapshot, publish_snapshot
 from magnetar.tailer import TopicTailer
@@ -277,6 +280,10 @@ class StateTable:
             for kind, key, arg in record.ops:
                 if kind == CLEAR:
                     self._clear(journal.epoch)
+                    continue
+                if kind == EXPECT:
+                    if not holds(self._lookup(key), arg):
+                        break  # the rest of the record does not apply
                     continue
                 dirty[key] = apply_op(self._lookup(key), kind, arg)
             self._unflushed += len(record.ops)

@@ -11,6 +11,7 @@ import math
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ import pulsar
 import pytest
 
 from tests.cluster.conftest import Cluster, Worker, wait_until
+from tests.cluster.test_cluster import instance_processes
 from tests.conftest import MAGNETAR
 
 FUNCTIONS = "/admin/v3/functions/public/default"
@@ -270,4 +272,92 @@ def test_timers_move_to_their_new_owners_when_the_parallelism_changes(
 
     wait_until(lambda: sum(fired_by_instance()) >= 12, 15, "the firings in status")
     assert sum(1 for n in fired_by_instance() if n) >= 2, fired_by_instance()  # spread out
+    consumer.close()
+
+
+COUNTED = '''
+import json
+
+from pulsar import Function
+
+
+class Counted(Function):
+    """Each input "<reference> <due s>" arms a timer; its callback counts and publishes."""
+
+    def process(self, input, context):
+        reference, due = input.split()
+        context.create_timer(self.ring, float(due), reference, reference)
+
+    def ring(self, payload, context):
+        context.incr_counter("fired", 1)
+        return json.dumps({"fired": payload})
+'''
+EO_TIMERS = 300
+EO_SPREAD_S = 3.0
+"""The timers fall due over this long, so the kill lands among firings."""
+
+
+def every_output(client: pulsar.Client, topic: str) -> list[str]:
+    """The references the whole output topic holds, repeats included."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    found: list[str] = []
+    try:
+        while True:
+            try:
+                message = reader.read_next(2000)
+            except pulsar.Timeout:
+                return found
+            found.append(json.loads(message.data())["fired"])
+    finally:
+        reader.close()
+
+
+@pytest.mark.brokers("apache")
+def test_effectively_once_timers_fire_exactly_once_through_kill_9_of_the_instance(
+    cluster: Cluster, cluster_client: pulsar.Client, tmp_path: Path
+) -> None:
+    """300 timers falling due over 3 s, each publishing its reference and counting; kill -9
+    of the instance's process while they fire (the worker restarts it): every reference on
+    the output exactly once, and the count exact."""
+    worker = cluster.start_worker("w1")
+    code = tmp_path / "counted.py"
+    code.write_text(COUNTED)
+    suffix = uuid.uuid4().hex[:6]
+    inputs, output = f"arm-{suffix}", f"fired-{suffix}"
+    response = cluster.create(
+        worker,
+        "counted",
+        str(code),
+        className="counted.Counted",
+        inputs=[inputs],
+        output=output,
+        processingGuarantees="EFFECTIVELY_ONCE",
+    )
+    assert response.status_code == 204, response.text
+    wait_until(lambda: cluster.num_running(worker, "counted") == 1, 30, "running")
+    consumer = cluster_client.subscribe(output, "test")
+    start = time.time() + 2.0
+    references = [f"r{i}" for i in range(EO_TIMERS)]
+    producer = cluster_client.create_producer(inputs)
+    for i, reference in enumerate(references):
+        producer.send_async(f"{reference} {start + i * EO_SPREAD_S / EO_TIMERS}".encode(), None)
+    producer.flush()
+    producer.close()
+    # a third of them fired: kill -9 the instance among the firings; the worker restarts it
+    seen = outputs(consumer, EO_TIMERS // 3, 30)
+    assert len(seen) == EO_TIMERS // 3, seen[-3:]
+    killed = instance_processes(worker)
+    subprocess.run(["kill", "-9", *killed], check=True)
+    wait_until(
+        lambda: cluster.status(worker, "counted")["instances"][0]["status"]["numRestarts"] >= 1,
+        30,
+        "the killed instance restarted",
+    )
+    wait_until(lambda: listing(worker, "counted") == [], 30, "every timer fired")
+    fired = every_output(cluster_client, output)
+    repeated = sorted({r for r in fired if fired.count(r) > 1})
+    assert repeated == [], f"fired more than once: {repeated}"
+    assert sorted(fired) == sorted(references), set(references) - set(fired)
+    counted = httpx.get(f"{worker.url}{FUNCTIONS}/counted/state/fired", timeout=10)
+    assert counted.json()["numberValue"] == EO_TIMERS, counted.text
     consumer.close()

@@ -16,7 +16,12 @@ import pulsar
 import pytest
 
 from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
-from magnetar.statestore import JournaledStateStore, StateOptions
+from magnetar.instance.delivery import ChunkSender
+from magnetar.instance.timer_once import OnceFirings
+from magnetar.instance.timer_runner import timer_properties
+from magnetar.instance.timers import Timers
+from magnetar.statestore import JournaledStateStore, StateOptions, StateTable, journal_topic
+from magnetar.worker.broker_admin import BrokerAdmin
 from tests.conftest import EXAMPLES
 from tests.integration.conftest import collect, produce
 
@@ -187,3 +192,176 @@ def test_a_failing_timer_callback_is_retried_then_dead_lettered(
     )
     assert current["numTimersFired"] == 0
     wait_for(lambda: status(instance)["numTimersPending"] == 0)
+
+
+COUNTED = """
+import json
+
+from pulsar import Function
+
+
+class Counted(Function):
+    def process(self, input, context):
+        reference, due = input.split()
+        context.create_timer(self.ring, float(due), reference, reference)
+
+    def ring(self, payload, context):
+        context.incr_counter("fired", 1)
+        return json.dumps({"fired": payload})
+"""
+
+
+def every_output(client: pulsar.Client, topic: str) -> list[str]:
+    """The references the whole output topic holds, repeats included."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    found: list[str] = []
+    try:
+        while True:
+            try:
+                message = reader.read_next(2000)
+            except pulsar.Timeout:
+                return found
+            found.append(json.loads(message.data())["fired"])
+    finally:
+        reader.close()
+
+
+@pytest.mark.brokers("apache")
+def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
+    client: pulsar.Client, apache_pulsar: Any, topic: str, tmp_path: Path
+) -> None:
+    """An owner change caught midway (the old owner at parallelism 1, instance 1 of the new
+    parallelism 2, both running): both fire the timers instance 1 owns, each on a lane of
+    its own; each timer fires once all the same, its output and its count."""
+    code = tmp_path / "counted.py"
+    code.write_text(COUNTED)
+    output = f"{topic}-out"
+    admin = BrokerAdmin(apache_pulsar.admin_url)
+    admin.create_topic(output)
+    admin.enable_deduplication(output)
+    admin.close()
+    name = f"owners-{uuid.uuid4().hex[:6]}"
+    references = [f"r{i}" for i in range(200)]
+    due = time.time() + 3
+    produce(client, topic, [f"{r} {due + i / 200}" for i, r in enumerate(references)])
+    started: list[tuple[FunctionInstance, JournaledStateStore]] = []
+    try:
+        for parallelism, instance_id in ((1, 0), (2, 1)):
+            config = FunctionConfig(
+                name=name,
+                py=str(code),
+                class_name="counted.Counted",
+                inputs=[topic],
+                output=output,
+                subscription_position="Earliest",
+                processing_guarantees="EFFECTIVELY_ONCE",
+                parallelism=parallelism,
+            )
+            directory = str(tmp_path / f"state-{instance_id}")
+            state = JournaledStateStore(
+                client, config.fqfn, StateOptions(directory, namespace="public/default"), True
+            )
+            options = InstanceOptions(instance_id=instance_id)
+            started.append((FunctionInstance(config, client, options, state=state), state))
+        for instance, _ in started:
+            instance.start()
+        wait_for(lambda: len(collect(client, output, 200, 30)) >= 200, 30)
+        time.sleep(2)  # a firing lost in the race would publish by now
+        fired = every_output(client, output)
+        by_instance = [instance.metrics.timers_fired for instance, _ in started]
+        table = StateTable(client, journal_topic(config.fqfn, "public/default"), tmp_path / "t")
+        table.start().catch_up(20)
+        count = table.get("fired")
+        table.stop()
+    finally:
+        for instance, _ in started:
+            instance.stop()
+        for instance, state in started:
+            instance.wait(30)
+            state.close()
+    repeated = sorted({r for r in fired if fired.count(r) > 1})
+    assert repeated == [], f"fired more than once: {repeated}"
+    assert sorted(fired) == sorted(references)
+    assert count is not None and count.counter == 200, count
+    assert by_instance[1] > 0, by_instance  # instance 1 fired some: the race took place
+
+
+@pytest.mark.brokers("apache")
+def test_a_firing_left_unpublished_by_an_instance_gone_is_published_once_by_its_heir(
+    client: pulsar.Client, apache_pulsar: Any, topic: str, tmp_path: Path
+) -> None:
+    """Instance 1 of 2 fired "r1" (its count and removal journaled) and died before its
+    output left; the function runs on at parallelism 1: instance 0 publishes r1's output,
+    without counting it again or firing it twice, and fires "r2" as usual."""
+    code = tmp_path / "counted.py"
+    code.write_text(COUNTED)
+    output = f"{topic}-out"
+    admin = BrokerAdmin(apache_pulsar.admin_url)
+    admin.create_topic(output)
+    admin.enable_deduplication(output)
+    admin.close()
+    fqfn = f"public/default/heir-{uuid.uuid4().hex[:6]}"
+    journal_options = StateOptions(str(tmp_path / "gone"), namespace="public/default")
+    gone = JournaledStateStore(client, fqfn, journal_options, True)
+    timers = Timers(gone)
+    now = time.time()
+    for reference in ("r1", "r2"):
+        timers.arm("method:ring", now - 1, reference, reference)
+    gone.commit_unsourced()
+    sender = ChunkSender(1 << 20)
+    firings = OnceFirings(
+        gone,
+        timers,
+        instance_id=1,
+        parallelism=2,
+        lane_producer=lambda name: None,  # it died before sending
+        lane_name=str,
+        fire=str,
+        encode=str.encode,
+        properties=timer_properties,
+        sender=sender,
+        on_refire_error=lambda timer, error: None,
+        max_retries=None,
+        has_output=True,
+    )
+    timer = timers.get("r1")
+    assert timer is not None
+    firings.firing(timer)
+    gone.incr("fired", 1)  # what the callback did
+    firings.fired(timer, json.dumps({"fired": "r1"}))
+    payloads, _ = gone.drain()
+    journal = client.create_producer(gone.journal_topic)
+    for payload in payloads:
+        journal.send(payload)
+    journal.close()
+    sender.close()
+    gone.close()
+
+    tenant, namespace, name = fqfn.split("/")
+    config = FunctionConfig(
+        tenant=tenant,
+        namespace=namespace,
+        name=name,
+        py=str(code),
+        class_name="counted.Counted",
+        inputs=[topic],
+        output=output,
+        processing_guarantees="EFFECTIVELY_ONCE",
+    )
+    options = StateOptions(str(tmp_path / "heir"), namespace="public/default")
+    state = JournaledStateStore(client, fqfn, options, True)
+    instance = FunctionInstance(config, client, InstanceOptions(), state=state).start()
+    try:
+        wait_for(lambda: len(collect(client, output, 2, 15)) >= 2, 30)
+        time.sleep(1)  # a repeat would be published by now
+        fired = every_output(client, output)
+    finally:
+        instance.stop()
+        instance.wait(30)
+        state.close()
+    table = StateTable(client, journal_topic(fqfn, "public/default"), tmp_path / "t")
+    table.start().catch_up(20)
+    count = table.get("fired")
+    table.stop()
+    assert sorted(fired) == ["r1", "r2"]
+    assert count is not None and count.counter == 2, count

@@ -19,7 +19,7 @@ from magnetar.statestore import (
     StateTable,
     journal_topic,
 )
-from magnetar.statestore.records import DELETE
+from magnetar.statestore.records import DELETE, EXPECT, Op
 from tests.statestore.conftest import Journal, OpenTable, incr, put
 
 TIMEOUT = 20.0
@@ -120,6 +120,31 @@ def test_effectively_once_records_apply_once_per_input_position(
     table.catch_up(TIMEOUT)
     assert table.get("eo").counter == 5  # type: ignore[union-attr]
     assert table.get("alo").counter == 2  # type: ignore[union-attr]
+
+
+def test_a_timer_firing_applies_once_and_only_while_its_timer_is_pending(
+    open_table: OpenTable, journal: Callable[..., Journal]
+) -> None:
+    """A firing's record (see ``timer_once``): the lane's count, then a guard on the timer,
+    then the callback's changes; tagged with its lane and number."""
+    writer = journal(dedup=True)
+    writer.send((1, [put("timer", b"armed-1")]))
+
+    def firing(number: int, armed: bytes, output: str) -> tuple[int, list[Op]]:
+        guarded = [incr("fired"), put("timer", b"gone"), put("outbox", output.encode())]
+        return (number, [incr("count"), (EXPECT, b"timer", armed), *guarded])
+
+    lane = "timers:0"
+    writer.send(firing(1, b"armed-1", "first"), topic=lane)
+    writer.send(firing(1, b"armed-1", "again"), topic=lane)  # fired again: the same number
+    writer.send(firing(2, b"armed-1", "other owner"), topic="timers:1")  # timer gone by now
+    writer.send((2, [put("timer", b"armed-2")]))  # armed again
+    writer.send(firing(2, b"armed-2", "second"), topic=lane)
+    table = open_table()
+    table.catch_up(TIMEOUT)
+    assert table.get("fired") == counter(2, 1)
+    assert table.get("outbox") == StateEntry(None, b"second", 1)
+    assert table.get("count") == counter(3, 2)  # each new number counts, guarded or not
 
 
 def test_deleting_the_state_drops_it_and_late_records_of_the_deleted_function(
