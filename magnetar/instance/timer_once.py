@@ -44,8 +44,6 @@ _FIRE = TIMER_PREFIX + "fire/"
 _LANE = TIMER_PREFIX + "lane/"
 _LANE_DIGITS = 6
 _X_DIGITS = 19
-_PROCESS = os.urandom(6).hex()
-_FIRINGS = itertools.count()
 _OUTBOX_PAGE = 1000
 _LANES_EVERY_S = 1.0
 
@@ -156,6 +154,10 @@ class OnceFirings:
         self._has_output = has_output
         self._next_number = 1
         """The number the next firing takes (``send`` reads it from the lane's count)."""
+        self._writer = os.urandom(6).hex()
+        """Who wrote an outbox entry: drawn here, not at import, since instances are forked
+        from a fork server that imported this module (they would all draw the same)."""
+        self._firings = itertools.count()
         self._held: dict[int, _Held] = {}
         self._lanes: dict[int, _Lane] = {}
         self._other_lanes: list[int] = []
@@ -198,7 +200,7 @@ class OnceFirings:
             state.commit_at(lane_topic(self._lane), (0, number, -1))
             return
         content = None if result is None else self._encode(result)
-        by = f"{_PROCESS}-{next(_FIRINGS)}"
+        by = f"{self._writer}-{next(self._firings)}"
         state.put(firing_key(self._lane, number), _entry(timer, by))
         record_seq = state.commit_at(lane_topic(self._lane), (0, number, -1))
         self._held[number] = _Held(by, record_seq, content)

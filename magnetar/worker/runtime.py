@@ -228,7 +228,12 @@ WARM_PROCESS_NAME = "magnetar-warm"
 _PR_SET_NAME = 15
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
-_PRELOADED = ("magnetar.worker.runtime", "magnetar.statestore", "magnetar.instance.javascript")
+_PRELOADED = (
+    "magnetar.worker.runtime",
+    "magnetar.statestore",
+    "magnetar.instance.instance",
+    "magnetar.instance.javascript._loader",
+)
 """What the fork server imports once, so that no instance process imports it again."""
 
 
