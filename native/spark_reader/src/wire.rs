@@ -65,8 +65,9 @@ fn hosts(url: &str) -> Result<Vec<String>, Error> {
 }
 
 impl Conn {
-    /// Connects to the first host of ``url`` that answers, and says CONNECT.
-    pub fn open(url: &str, endpoint: &Endpoint) -> Result<Conn, Error> {
+    /// Connects to the first host of ``url`` that answers, and says CONNECT (asking a proxy
+    /// there to forward to ``proxy_to``, if given).
+    pub fn open(url: &str, endpoint: &Endpoint, proxy_to: Option<&str>) -> Result<Conn, Error> {
         let mut failure = format!("no host in {url}");
         for host in hosts(url)? {
             let addrs = match host.to_socket_addrs() {
@@ -78,7 +79,7 @@ impl Conn {
             };
             for addr in addrs {
                 match TcpStream::connect_timeout(&addr, endpoint.timeout) {
-                    Ok(stream) => return Conn::handshake(stream, endpoint),
+                    Ok(stream) => return Conn::handshake(stream, endpoint, proxy_to),
                     Err(error) => failure = format!("cannot connect to {host}: {error}"),
                 }
             }
@@ -86,7 +87,11 @@ impl Conn {
         Err(failure)
     }
 
-    fn handshake(stream: TcpStream, endpoint: &Endpoint) -> Result<Conn, Error> {
+    fn handshake(
+        stream: TcpStream,
+        endpoint: &Endpoint,
+        proxy_to: Option<&str>,
+    ) -> Result<Conn, Error> {
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         let mut conn = Conn {
             stream,
@@ -102,6 +107,9 @@ impl Conn {
         if !endpoint.auth_method.is_empty() {
             proto::bytes(&mut connect, 5, endpoint.auth_method.as_bytes());
             proto::bytes(&mut connect, 3, &endpoint.auth_data);
+        }
+        if let Some(broker) = proxy_to {
+            proto::bytes(&mut connect, 6, broker.as_bytes());
         }
         conn.send(CONNECT, &connect)?;
         let frame = conn.answer(|kind| kind == CONNECTED || kind == ERROR)?;
@@ -265,7 +273,7 @@ impl Conn {
 /// A connection to the broker that serves ``topic``, found by LOOKUP from ``endpoint``.
 pub fn connect_for(topic: &str, endpoint: &Endpoint) -> Result<Conn, Error> {
     let mut url = endpoint.service_url.clone();
-    let mut conn = Conn::open(&url, endpoint)?;
+    let mut conn = Conn::open(&url, endpoint, None)?;
     let mut authoritative = false;
     for _ in 0..16 {
         let request = conn.request_id();
@@ -290,21 +298,23 @@ pub fn connect_for(topic: &str, endpoint: &Endpoint) -> Result<Conn, Error> {
                 _ => {}
             }
         }
-        if proxied {
-            return Err(format!("{topic} is served through a proxy"));
-        }
         match response {
             2 => {
                 let text = message.unwrap_or_else(|| "failed".into());
                 return Err(format!("lookup of {topic} failed: {text}"));
             }
             1 if broker.is_empty() || broker == url => return Ok(conn),
-            1 => return Conn::open(&broker, endpoint),
+            // Through the service URL, which forwards to the broker (as the Java client does).
+            1 if proxied => return Conn::open(&endpoint.service_url, endpoint, Some(&broker)),
+            1 => return Conn::open(&broker, endpoint, None),
+            _ if broker.is_empty() || broker == url => {}
+            _ if proxied => {
+                conn = Conn::open(&endpoint.service_url, endpoint, Some(&broker))?;
+                url = broker;
+            }
             _ => {
-                if !broker.is_empty() && broker != url {
-                    url = broker;
-                    conn = Conn::open(&url, endpoint)?;
-                }
+                url = broker;
+                conn = Conn::open(&url, endpoint, None)?;
             }
         }
     }
