@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -49,7 +50,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-LIBRARY = Path(__file__).with_name("_native_reader.so")
+LIBRARY = Path(
+    os.environ.get("MAGNETAR_SPARK_NATIVE_READER") or Path(__file__).with_name("_native_reader.so")
+)
+"""The built reader (``MAGNETAR_SPARK_NATIVE_READER`` names another file)."""
 
 _BATCH, _DONE, _STALLED, _UNSUPPORTED, _FAILED = 0, 1, 2, 3, -1
 _STALL_MS = 1000

@@ -8,6 +8,10 @@ topics, message ids, times and properties.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -202,3 +206,44 @@ def test_both_paths_agree_on_a_partitioned_topic(
 
     assert sorted(values(rows)) == sorted(f"m{i}" for i in range(120))
     assert {row["__topic"] for row in rows} == {f"{full(topic)}-partition-{i}" for i in (0, 1)}
+
+
+_READ_TWICE = textwrap.dedent(
+    """
+    import logging, sys
+    from magnetar.spark_connector._batch import read_batches
+    from magnetar.spark_connector._ranges import RangePartition, ReadSettings
+    from magnetar.spark_connector._offsets import BEFORE_EARLIEST
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    settings = ReadSettings(service_url=sys.argv[1])
+    for _ in range(2):
+        batches = read_batches(RangePartition(sys.argv[2], BEFORE_EARLIEST, None), settings)
+        print(sum(batch.num_rows for batch in batches))
+    """
+)
+
+
+def test_without_the_native_reader_the_python_client_reads_and_says_so_once(
+    client: pulsar.Client, broker_url: str, topic: str, tmp_path: Path
+) -> None:
+    send_varied(client, topic, 30, batched=False)
+    env = {
+        **os.environ,
+        "MAGNETAR_SPARK_NATIVE_READER": str(tmp_path / "not-built.so"),
+        "MAGNETAR_SPARK_READ_PATH": "auto",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_TWICE, broker_url, full(topic)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["30", "30"]
+    said = [line for line in done.stderr.splitlines() if "native Pulsar reader" in line]
+    assert len(said) == 1, done.stderr
+    assert "not-built.so" in said[0] and "make install" in said[0]
