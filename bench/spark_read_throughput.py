@@ -8,13 +8,16 @@ a streaming query with Trigger.AvailableNow draining the topics into a noop sink
 read path of ``--paths`` (``magnetar.readPath``: the native reader, the Python client). The
 messages (100 bytes each) are spread evenly over 1 and 4 topics. The plain loop reads the
 topics one after the other with one reader each, skipping the duplicates pulsar-lite's readers
-deliver (the rule the connector uses too), and touches every payload. Spark runs on
-``--master`` (``local[*]`` by default) after ``--warm-up-reads`` reads of as many topics, so
-the figures exclude starting the session and its Python workers. The JVM's JIT compiler keeps
-working for some 20-30 reads more (0.3-1 CPU-seconds a read over the first ten on a 2-core
-machine): its share of the Spark side's CPU is shown apart ("JIT"). Each side runs ``--repeat``
-times, in an order that rotates from round to round; the JSON holds every time, the medians and
-the load average before each.
+deliver (the rule the connector uses too), and touches every payload. With java and the Java
+client's jars (Maven fetched them for the suite's pulsar-admin: make install), the Java client
+reading the same topics in one JVM loop (bench/jvm/JvmReaderLoop.java; the time of its warm
+second pass, its CPU over start-up and both passes) is a baseline too (``--no-jvm`` leaves it
+out). Spark runs on ``--master`` (``local[*]`` by default) after ``--warm-up-reads`` reads of
+as many topics, so the figures exclude starting the session and its Python workers. The JVM's
+JIT compiler keeps working for some 20-30 reads more (0.3-1 CPU-seconds a read over the first
+ten on a 2-core machine): its share of the Spark side's CPU is shown apart ("JIT"). Each side
+runs ``--repeat`` times, in an order that rotates from round to round; the JSON holds every
+time, the medians and the load average before each.
 
 First read: a fresh session (its own process) times its first and second ``load()`` +
 ``count()`` of a one-message topic, and the same for a Python data source that yields one
@@ -24,7 +27,8 @@ itself adds. ``--first-reads`` sessions of each, alternating.
 
     python bench/spark_read_throughput.py [--messages 1000000] [--topics 1,4]
         [--workloads count,groupBy,stream] [--paths python,native] [--repeat 1]
-        [--first-reads 3] [--warm-up-reads 1] [--broker-url URL] [--master local[*]]
+        [--no-jvm] [--first-reads 3] [--warm-up-reads 1] [--broker-url URL]
+        [--master local[*]]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -204,6 +209,40 @@ def spark_stream(
 
 WORKLOADS = {"count": spark_count, "groupBy": spark_group_by, "stream": spark_stream}
 
+_JVM_LOOP = ROOT / "bench" / "jvm" / "JvmReaderLoop.java"
+_JVM_CLASSPATH = ROOT / "apache-pulsar" / "pulsar-admin" / "classpath.txt"
+"""The Java client's jars: Maven fetched them for the suite's pulsar-admin (make install)."""
+
+
+def jvm_available() -> bool:
+    return shutil.which("java") is not None and _JVM_CLASSPATH.exists()
+
+
+def jvm_loop(url: str, topics: list[str], per_topic: int) -> tuple[float, float]:
+    """The Java client reading ``topics`` in one JVM loop, twice: seconds of the second
+    (warm) pass, and the CPU seconds the JVM used in all (start-up and both passes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    output = subprocess.run(
+        [
+            "java",
+            "-cp",
+            _JVM_CLASSPATH.read_text().strip(),
+            str(_JVM_LOOP),
+            url,
+            str(per_topic),
+            "2",
+            *topics,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    seconds, size = output.strip().splitlines()[-1].split()
+    assert int(size) == len(PAYLOAD) * per_topic * len(topics), output
+    return float(seconds), cpu_s
+
 
 def measure(
     spark: SparkSession,
@@ -215,6 +254,7 @@ def measure(
     broker_pid: int | None,
     workloads: list[str],
     paths: list[str],
+    jvm: bool,
 ) -> dict[str, Any]:
     """Every side (the plain loop, then each workload on each read path) ``repeat`` times,
     in an order that rotates from round to round."""
@@ -224,6 +264,15 @@ def measure(
         fill(client, name, per_topic)
     total = per_topic * topics
     sides: dict[str, Callable[[], float]] = {"plain": lambda: plain_loop(client, names, per_topic)}
+    jvm_cpu_s: list[float] = []
+    if jvm:
+
+        def jvm_side() -> float:
+            seconds, cpu_s = jvm_loop(url, names, per_topic)
+            jvm_cpu_s.append(cpu_s)
+            return seconds
+
+        sides["jvm"] = jvm_side
     for workload in workloads:
         for path in paths:
             run = WORKLOADS[workload]
@@ -241,6 +290,8 @@ def measure(
             seconds = sides[side]()
             times[side].append(seconds)
             cpu_us[side].append((_tree_cpu_s(broker_pid) - cpu_before) / total * 1e6)
+            if side == "jvm":  # a child gone by now: its CPU from rusage, over both passes
+                cpu_us[side][-1] = jvm_cpu_s[-1] / (2 * total) * 1e6
             jit_us[side].append((_jit_cpu_s() - jit_before) / total * 1e6)
             print(
                 f"  {topics} topic(s) {side:<15} {total / seconds:>12,.0f} msg/s "
@@ -366,6 +417,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--first-reads", type=int, default=3, help="fresh sessions of each")
     parser.add_argument("--warm-up-reads", type=int, default=1, help="Spark reads before timing")
+    parser.add_argument(
+        "--no-jvm",
+        dest="jvm",
+        action="store_false",
+        help="leave out the Java client's loop (it runs when java and Maven's jars are there)",
+    )
     parser.add_argument("--broker-url")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument(
@@ -430,6 +487,7 @@ def main() -> None:
                     broker.pid if broker is not None else None,
                     [w for w in args.workloads.split(",") if w],
                     [p for p in args.paths.split(",") if p],
+                    args.jvm and jvm_available(),
                 )
                 for topics in topic_counts
             ]
