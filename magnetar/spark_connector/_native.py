@@ -312,9 +312,9 @@ def native_batches(
                 last, waited_ms = reader.last, 0
             if reader.batch.rows:
                 yield _record_batch(reader.batch, part.topic, decoder, schema)
-            if status in (_BATCH, _DONE):
-                if status == _DONE:
-                    return
+            if status == _DONE:
+                return
+            if status == _BATCH:
                 continue
             if status == _UNSUPPORTED:
                 _say_once(

@@ -56,6 +56,8 @@ pub struct RangeReader {
     pub last: Position,
     pub columns: Columns,
     delivered: u32,
+    /// The last whole entry taken, not yet acknowledged.
+    unacked: Option<(i64, i64)>,
     done: bool,
     unsupported: Option<String>,
     message_id: Vec<u8>,
@@ -97,6 +99,7 @@ impl RangeReader {
             spec,
             columns: Columns::new(),
             delivered: 0,
+            unacked: None,
             done: false,
             unsupported: None,
             message_id: Vec::with_capacity(32),
@@ -127,10 +130,28 @@ impl RangeReader {
         self.conn.send(wire::FLOW, &flow)
     }
 
+    /// Acknowledges up to the last entry taken, cumulatively, as the Python client's readers
+    /// do: pulsar-lite otherwise sends a reader's unacknowledged messages again and again.
+    fn acknowledge(&mut self) -> Result<(), Error> {
+        let Some((ledger, entry)) = self.unacked.take() else {
+            return Ok(());
+        };
+        let mut id = Vec::new();
+        proto::int(&mut id, 1, ledger);
+        proto::int(&mut id, 2, entry);
+        let mut ack = Vec::new();
+        proto::uint(&mut ack, 1, CONSUMER_ID);
+        proto::uint(&mut ack, 2, 1); // cumulative
+        proto::bytes(&mut ack, 3, &id);
+        self.conn.send(wire::ACK, &ack)
+    }
+
     /// Reads until ``max_rows`` rows (give or take an entry) are in ``columns`` (cleared
-    /// first), the range ends, nothing comes for ``stall``, or a message cannot be decoded.
+    /// first), the range ends, no message makes progress for ``stall`` (nothing comes, or
+    /// only messages already taken), or a message cannot be decoded.
     pub fn next(&mut self, max_rows: usize, stall: Duration) -> Result<Status, Error> {
         self.columns.clear();
+        let mut progress_by = Instant::now() + stall;
         loop {
             if let Some(reason) = self.unsupported.take() {
                 return Ok(Status::Unsupported(reason));
@@ -141,14 +162,19 @@ impl RangeReader {
             if self.columns.rows >= max_rows {
                 return Ok(Status::Batch);
             }
-            let Some(frame) = self.conn.next_frame(Instant::now() + stall)? else {
+            let Some(frame) = self.conn.next_frame(progress_by)? else {
                 return Ok(if self.columns.rows > 0 { Status::Batch } else { Status::Stalled });
             };
             match frame.kind {
                 wire::MESSAGE => {
+                    let before = self.last;
                     let messages = self.entry(&frame)?;
+                    if self.last > before {
+                        progress_by = Instant::now() + stall;
+                    }
                     self.delivered += messages;
                     if self.delivered >= self.spec.queue / 2 {
+                        self.acknowledge()?;
                         self.flow(self.delivered)?;
                         self.delivered = 0;
                     }
@@ -164,7 +190,8 @@ impl RangeReader {
     /// Takes the messages of one MESSAGE frame; returns how many it held (the permits used).
     fn entry(&mut self, frame: &Frame) -> Result<u32, Error> {
         // Borrows: the frame's bytes live in the connection, the rows go to the columns.
-        let RangeReader { conn, spec, last, columns, done, unsupported, message_id, .. } = self;
+        let RangeReader { conn, spec, last, columns, done, unsupported, unacked, message_id, .. } =
+            self;
         let (mut ledger, mut entry) = (0i64, 0i64);
         for field in Fields::new(conn.bytes(frame.command.clone())) {
             let (number, value) = field?;
@@ -250,6 +277,9 @@ impl RangeReader {
         }
         if closes_range {
             *done = true;
+        }
+        if !*done {
+            *unacked = Some((ledger, entry));
         }
         Ok(count)
     }

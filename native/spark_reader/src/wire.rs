@@ -12,6 +12,7 @@ pub const CONNECT: u32 = 2;
 pub const CONNECTED: u32 = 3;
 pub const SUBSCRIBE: u32 = 4;
 pub const MESSAGE: u32 = 9;
+pub const ACK: u32 = 10;
 pub const FLOW: u32 = 11;
 pub const SUCCESS: u32 = 13;
 pub const ERROR: u32 = 14;
