@@ -27,8 +27,8 @@ itself adds. ``--first-reads`` sessions of each, alternating.
 
     python bench/spark_read_throughput.py [--messages 1000000] [--topics 1,4]
         [--workloads count,groupBy,stream] [--paths python,native] [--repeat 1]
-        [--no-jvm] [--first-reads 3] [--warm-up-reads 1] [--broker-url URL]
-        [--master local[*]]
+        [--jvm] [--broker lite|apache] [--broker-url URL] [--first-reads 3]
+        [--warm-up-reads 1] [--master local[*]]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.spark_connector import spark_session
+from magnetar.testing import ApachePulsarStandalone
 
 _SESSION_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -233,14 +234,16 @@ def jvm_loop(url: str, topics: list[str], per_topic: int) -> tuple[float, float]
             "2",
             *topics,
         ],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
-    ).stdout
+    )
+    if output.returncode != 0:
+        raise RuntimeError(f"the Java client's loop failed:\n{output.stderr[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    seconds, size = output.strip().splitlines()[-1].split()
-    assert int(size) == len(PAYLOAD) * per_topic * len(topics), output
+    seconds, size = output.stdout.strip().splitlines()[-1].split()
+    assert int(size) == len(PAYLOAD) * per_topic * len(topics), output.stdout
     return float(seconds), cpu_s
 
 
@@ -418,12 +421,13 @@ def main() -> None:
     parser.add_argument("--first-reads", type=int, default=3, help="fresh sessions of each")
     parser.add_argument("--warm-up-reads", type=int, default=1, help="Spark reads before timing")
     parser.add_argument(
-        "--no-jvm",
-        dest="jvm",
-        action="store_false",
-        help="leave out the Java client's loop (it runs when java and Maven's jars are there)",
+        "--jvm",
+        action="store_true",
+        help="add the Java client's loop (needs java and Maven's jars; Apache Pulsar only: "
+        "pulsar-lite 0.2 sends the Java client's readers nothing)",
     )
-    parser.add_argument("--broker-url")
+    parser.add_argument("--broker", choices=("lite", "apache"), default="lite")
+    parser.add_argument("--broker-url", help="a running broker instead")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument(
         "--output", default=str(ROOT / "bench" / "results" / "spark_read_throughput.json")
@@ -443,12 +447,15 @@ def main() -> None:
     topic_counts = [int(n) for n in args.topics.split(",") if n]
 
     data_dir = tempfile.mkdtemp(prefix="magnetar-bench-")
-    broker = None
+    broker: EmbeddedBroker | ApachePulsarStandalone | None = None
     spark = None
     client = None
     try:
         url = args.broker_url
-        if url is None:
+        if url is None and args.broker == "apache":
+            broker = ApachePulsarStandalone(Path(data_dir), heap_mb=1024).start()
+            url = broker.service_url
+        elif url is None:
             broker = EmbeddedBroker(data_dir).start()
             url = broker.service_url
         client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -460,6 +467,7 @@ def main() -> None:
             "repeat": args.repeat,
             "warm_up_reads": args.warm_up_reads,
             "master": args.master,
+            "broker": "given" if args.broker_url else args.broker,
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
         }
