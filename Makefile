@@ -11,7 +11,7 @@ PULSAR_ADMIN_CLASSPATH := apache-pulsar/pulsar-admin/classpath.txt
 
 # The Spark connector's native reader (Rust, no crates: seconds to build, nothing to download).
 # Optional: without cargo, or when the build fails, the connector reads through the Python
-# client and says so once.
+# client and says so once. Moved into place, so that running readers keep the file they loaded.
 NATIVE_READER := magnetar/spark_connector/_native_reader.so
 NATIVE_SOURCES := native/spark_reader/Cargo.toml $(wildcard native/spark_reader/src/*.rs)
 
@@ -46,7 +46,8 @@ $(NATIVE_READER): $(NATIVE_SOURCES)
 	elif cargo build --release --quiet --manifest-path native/spark_reader/Cargo.toml \
 			--target-dir build/native; then \
 		cp "$$(ls build/native/release/libmagnetar_spark_reader.so \
-			build/native/release/libmagnetar_spark_reader.dylib 2>/dev/null | head -1)" $@; \
+			build/native/release/libmagnetar_spark_reader.dylib 2>/dev/null | head -1)" $@.tmp \
+		&& mv $@.tmp $@; \
 	else \
 		echo "The native reader did not build: the Spark connector will read through the" \
 			"Python client"; \

@@ -224,15 +224,13 @@ impl Conn {
         }
         // Only the command of the type's own field matters: narrow to it.
         let mut body = command.clone();
-        let mut offset = command.start;
-        let mut fields = Fields::new(&self.buf[command.clone()]);
-        while let Some(field) = fields.next() {
+        let whole = &self.buf[command.clone()];
+        for field in Fields::new(whole) {
             let (number, value) = field?;
             if number == kind {
                 let inner = value.bytes();
-                let at = inner.as_ptr() as usize - self.buf[command.clone()].as_ptr() as usize;
-                offset += at;
-                body = offset..offset + inner.len();
+                let at = command.start + (inner.as_ptr() as usize - whole.as_ptr() as usize);
+                body = at..at + inner.len();
                 break;
             }
         }
