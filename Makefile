@@ -9,9 +9,15 @@ PULSAR_CLASSPATH := apache-pulsar/classpath.txt
 # Apache Pulsar's own pulsar-admin (pulsar-client-tools), which the suite drives Magnetar with.
 PULSAR_ADMIN_CLASSPATH := apache-pulsar/pulsar-admin/classpath.txt
 
+# The Spark connector's native reader (Rust, no crates: seconds to build, nothing to download).
+# Optional: without cargo, or when the build fails, the connector reads through the Python
+# client and says so once. Moved into place, so that running readers keep the file they loaded.
+NATIVE_READER := magnetar/spark_connector/_native_reader.so
+NATIVE_SOURCES := native/spark_reader/Cargo.toml $(wildcard native/spark_reader/src/*.rs)
+
 .PHONY: install apache-pulsar browser demo test test-docker lint docs bench clean
 
-install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
+install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER)
 
 apache-pulsar: $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
 
@@ -32,6 +38,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+$(NATIVE_READER): $(NATIVE_SOURCES)
+	@if ! command -v cargo >/dev/null; then \
+		echo "No cargo: the Spark connector will read through the Python client (install" \
+			"Rust from https://rustup.rs and run make again for its native reader)"; \
+	elif cargo build --release --quiet --manifest-path native/spark_reader/Cargo.toml \
+			--target-dir build/native; then \
+		cp "$$(ls build/native/release/libmagnetar_spark_reader.so \
+			build/native/release/libmagnetar_spark_reader.dylib 2>/dev/null | head -1)" $@.tmp \
+		&& mv $@.tmp $@; \
+	else \
+		echo "The native reader did not build: the Spark connector will read through the" \
+			"Python client"; \
+	fi
 
 # The web console's tests drive Debian's chromium through Playwright (which is given the system
 # browser: it downloads none). Installed when make runs as root with apt; otherwise they skip.
@@ -75,4 +95,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build site bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
+		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER)

@@ -16,6 +16,12 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from magnetar.spark_connector._catalog import admin_client, partitions_of, topics_of
 from magnetar.spark_connector._client import last_position, shared_client
+from magnetar.spark_connector._native import (
+    LIBRARY,
+    native_available,
+    native_batches,
+    native_refusal,
+)
 from magnetar.spark_connector._offsets import BEFORE_EARLIEST, ENTRY_END, Position
 from magnetar.spark_connector._options import EARLIEST, LATEST, Bound, SourceOptions, TimeBound
 from magnetar.spark_connector._ranges import RangePartition, ReadSettings, read_range
@@ -40,6 +46,7 @@ def read_settings(options: SourceOptions, schema: TopicSchema) -> ReadSettings:
         fail_on_data_loss=options.fail_on_data_loss,
         subscription_prefix=options.subscription_prefix,
         schema=schema,
+        read_path=options.read_path,
     )
 
 
@@ -90,10 +97,30 @@ class PulsarBatchReader(DataSourceReader):
 
 
 def read_batches(partition: RangePartition, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
-    """Read one range on an executor."""
+    """Read one range on an executor, natively unless ``magnetar.readPath`` says otherwise
+    (see :mod:`._native`)."""
     client = shared_client(settings.service_url, settings.client_conf)
     decoder = ValueDecoder(settings.schema)
-    yield from record_batches(read_range(client, partition, settings), partition.topic, decoder)
+    if settings.read_path == "python":
+        yield from record_batches(read_range(client, partition, settings), partition.topic, decoder)
+        return
+    if settings.read_path == "native":
+        _require_native(settings)
+    yield from native_batches(client, partition, settings, decoder)
+
+
+def _require_native(settings: ReadSettings) -> None:
+    """``magnetar.readPath=native``: the native reader, or an error that says why not."""
+    if not native_available():
+        raise PulsarReadError(
+            f"magnetar.readPath is native but the native reader is not built ({LIBRARY} "
+            "is missing: run `make install` with Rust's cargo on the PATH)"
+        )
+    refusal = native_refusal(settings)
+    if refusal is not None:
+        raise PulsarReadError(
+            f"magnetar.readPath is native but the native reader does not support {refusal}"
+        )
 
 
 def bound_for(bound: Bound, partition: str, default: str) -> Position | str:

@@ -9,10 +9,11 @@ typo would otherwise be silently ignored); every option StreamNative knows is ac
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from magnetar.spark_connector._offsets import (
     Position,
@@ -28,6 +29,7 @@ from magnetar.spark_connector._passthrough import (
     READER_PREFIX,
     check_module_options,
 )
+from magnetar.spark_connector._ranges import ReadPath
 from magnetar.spark_connector._topic_schema import TopicSchema
 from magnetar.spark_connector.exceptions import InvalidOptionError, SchemaError
 from magnetar.topics import full_topic_name
@@ -81,6 +83,7 @@ _SOURCE_KEYS = _COMMON_KEYS | {
     "subscriptionprefix",
     "waitingfornonexistedtopic",
     "allowdifferenttopicschemas",
+    "magnetar.readpath",
 }
 _SINK_KEYS = _COMMON_KEYS | {"topic"}
 _SPARK_KEYS = {"checkpointlocation", "path"}
@@ -136,6 +139,10 @@ class SourceOptions:
     """``pulsar.admin.*`` settings (the client's when none are given)."""
     reader_conf: dict[str, str] = field(default_factory=dict)
     """``pulsar.reader.*`` settings, by their Java names."""
+    read_path: ReadPath = "auto"
+    """``magnetar.readPath`` (Magnetar's own): ``auto`` reads with the native reader where it
+    can and the Python client elsewhere; ``native`` or ``python`` only one way (default: the
+    environment variable ``MAGNETAR_SPARK_READ_PATH``, else auto)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +233,7 @@ def parse_source_options(options: Mapping[str, str], mode: Mode) -> SourceOption
         client_conf=client_conf,
         admin_conf=admin_conf,
         reader_conf=reader_conf,
+        read_path=_read_path(opts),
     )
 
 
@@ -403,6 +411,16 @@ def _time(opts: Mapping[str, str], option: str, topics: tuple[str, ...] | None) 
             f'{{"<topic>": ms}}, got {text!r}'
         )
     return value
+
+
+def _read_path(opts: Mapping[str, str]) -> ReadPath:
+    text = opts.get("magnetar.readpath") or os.environ.get("MAGNETAR_SPARK_READ_PATH") or "auto"
+    for path in get_args(ReadPath):
+        if text.strip().lower() == path:
+            return path  # type: ignore[no-any-return]
+    raise InvalidOptionError(
+        f"magnetar.readPath must be one of {', '.join(get_args(ReadPath))}, got {text!r}"
+    )
 
 
 def _positive_int(opts: Mapping[str, str], option: str) -> int | None:

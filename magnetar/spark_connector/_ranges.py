@@ -18,7 +18,7 @@ import math
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pulsar
 from pyspark.sql.datasource import InputPartition
@@ -35,9 +35,20 @@ from magnetar.spark_connector._passthrough import reader_kwargs
 from magnetar.spark_connector._topic_schema import NO_SCHEMA, TopicSchema
 from magnetar.spark_connector.exceptions import PulsarReadError
 
-__all__ = ["Chunk", "RangePartition", "ReadSettings", "read_range", "resolved_end"]
+__all__ = [
+    "Chunk",
+    "RangePartition",
+    "ReadPath",
+    "ReadSettings",
+    "lost",
+    "read_range",
+    "resolved_end",
+]
 
 log = logging.getLogger(__name__)
+
+ReadPath = Literal["auto", "native", "python"]
+"""How executors read: natively where the native reader can (auto), or only one way."""
 
 _STALL_MS = 1000
 """A reader silent this long while messages are known to follow is replaced."""
@@ -62,6 +73,8 @@ class ReadSettings:
     """Prefix of the readers' subscription names (``subscriptionPrefix``)."""
     schema: TopicSchema = NO_SCHEMA
     """How values are decoded."""
+    read_path: ReadPath = "auto"
+    """``magnetar.readPath``: the native reader where it can read (auto), or one path."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,7 @@ def read_range(
             except pulsar.Timeout:
                 waited_ms += stall_ms
                 if waited_ms >= settings.poll_timeout_ms:
-                    _lost(part, end, last, settings)
+                    lost(part, end, last, settings)
                     break
                 # pulsar-lite drops a reader's connection now and then (it fails on some
                 # acknowledgements of batched messages), and a reader that reconnects inside
@@ -239,7 +252,9 @@ def _closes_entry(index: int, serialized_id: bytes, reader: Any) -> bool:
     return not reader.has_message_available()
 
 
-def _lost(part: RangePartition, end: Position, last: Position, settings: ReadSettings) -> None:
+def lost(part: RangePartition, end: Position, last: Position, settings: ReadSettings) -> None:
+    """A range that cannot be read to its end: an error with ``failOnDataLoss``, else a
+    warning (the range ends early)."""
     text = (
         f"{part.topic}: no message after position {last} within pollTimeoutMs="
         f"{settings.poll_timeout_ms}, but the range ends at {_show(end)}; messages may "

@@ -37,6 +37,8 @@ __all__ = [
     "SCHEMA",
     "TOPIC",
     "VALUE",
+    "arrow_schema",
+    "describe_id",
     "millis",
     "record_batches",
     "source_schema",
@@ -89,13 +91,18 @@ _META_ARROW = [
 ]
 
 
+def arrow_schema(decoder: ValueDecoder) -> pa.Schema:
+    """The Arrow schema of the record batches of values decoded by ``decoder``."""
+    return pa.schema(decoder.arrow_fields + _META_ARROW)
+
+
 def record_batches(
     chunks: Iterable[Chunk], topic: str, decoder: ValueDecoder
 ) -> Iterator[pa.RecordBatch]:
     """Chunks of messages of ``topic`` as record batches, values decoded by ``decoder``."""
-    arrow_schema = pa.schema(decoder.arrow_fields + _META_ARROW)
+    schema = arrow_schema(decoder)
     for chunk in chunks:
-        yield pa.RecordBatch.from_arrays(_columns(chunk, topic, decoder), schema=arrow_schema)
+        yield pa.RecordBatch.from_arrays(_columns(chunk, topic, decoder), schema=schema)
 
 
 def _columns(chunk: Chunk, topic: str, decoder: ValueDecoder) -> list[pa.Array]:
@@ -106,12 +113,12 @@ def _columns(chunk: Chunk, topic: str, decoder: ValueDecoder) -> list[pa.Array]:
     message = type(messages[0])
 
     def describe(index: int) -> str:
-        return f"message {_describe_id(ids[index])} of {topic}"
+        return f"message {describe_id(ids[index])} of {topic}"
 
     keys = pa.array(map(message.partition_key, messages), pa.string(), size=rows)
     events = pa.array(map(message.event_timestamp, messages), pa.int64(), size=rows)
     return [
-        *decoder.decode(list(map(message.data, messages)), describe),
+        *decoder.decode(pa.array(map(message.data, messages), pa.binary(), size=rows), describe),
         _null_where(keys.cast(pa.binary()), pc.equal(keys, "")),  # "": no key
         pa.repeat(pa.scalar(topic, pa.string()), rows),
         pa.array(ids, pa.binary()),
@@ -137,7 +144,8 @@ def _properties(properties: list[dict[str, str]]) -> pa.Array:
     return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()))
 
 
-def _describe_id(serialized: bytes) -> str:
+def describe_id(serialized: bytes) -> str:
+    """A serialized message id as ``(ledger, entry, batch index)``, for error messages."""
     import pulsar
 
     message_id = pulsar.MessageId.deserialize(serialized)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -77,29 +78,33 @@ class ValueDecoder:
     def arrow_fields(self) -> list[pa.Field]:
         return list(self._arrow)
 
-    def decode(self, payloads: Sequence[bytes], describe: Describe) -> list[pa.Array]:
-        """One array per value column; :class:`PulsarReadError` naming the first message
-        that does not decode."""
+    def decode(
+        self, payloads: pa.BinaryArray | Sequence[bytes], describe: Describe
+    ) -> list[pa.Array]:
+        """One array per value column from a batch's payloads; :class:`PulsarReadError`
+        naming the first message that does not decode."""
+        if not isinstance(payloads, pa.Array):
+            payloads = pa.array(payloads, pa.binary())
         kind = self.schema.type
         if self.schema.is_raw:
-            return [pa.array(payloads, pa.binary())]
+            return [payloads]
         if kind == "STRING":
             return [_text(payloads, describe)]
         if kind in _FIXED:
             return [self._fixed(payloads, describe)]
         return self._records(payloads, describe)
 
-    def _fixed(self, payloads: Sequence[bytes], describe: Describe) -> pa.Array:
+    def _fixed(self, payloads: pa.BinaryArray, describe: Describe) -> pa.Array:
         kind = self.schema.type
         width, dtype = _FIXED[kind]
-        wrong = [index for index, p in enumerate(payloads) if len(p) != width]
-        if wrong:
-            index = wrong[0]
+        lengths = pc.binary_length(payloads)
+        index = pc.index(pc.not_equal(lengths, width), True).as_py()
+        if index >= 0:
             raise PulsarReadError(
-                f"{describe(index)} is not a {kind} value: {len(payloads[index])} bytes, "
+                f"{describe(index)} is not a {kind} value: {lengths[index].as_py()} bytes, "
                 f"expected {width}"
             )
-        numbers = np.frombuffer(b"".join(payloads), dtype=dtype)
+        numbers = np.frombuffer(_data(payloads), dtype=dtype, count=len(payloads))
         arrow_type = self._arrow.field(0).type
         if kind == "BOOLEAN":
             return pa.array(numbers != 0, pa.bool_())
@@ -111,10 +116,10 @@ class ValueDecoder:
             return pa.array(numbers.astype("int64") * 1000, pa.int64()).cast(arrow_type)
         return pa.array(numbers.astype(numbers.dtype.newbyteorder("=")), arrow_type)
 
-    def _records(self, payloads: Sequence[bytes], describe: Describe) -> list[pa.Array]:
+    def _records(self, payloads: pa.BinaryArray, describe: Describe) -> list[pa.Array]:
         assert self._reader is not None
         values = []
-        for index, payload in enumerate(payloads):
+        for index, payload in enumerate(payloads.to_pylist()):
             try:
                 value = self._reader(payload)
                 values.append(self._convert(value) if self._convert else value)
@@ -154,12 +159,19 @@ class ValueDecoder:
         raise AssertionError("unreachable: the batch failed but no value does")
 
 
-def _text(payloads: Sequence[bytes], describe: Describe) -> pa.Array:
-    binary = pa.array(payloads, pa.binary())
+def _data(payloads: pa.BinaryArray) -> pa.Buffer:
+    """The bytes of a binary array's values, end to end (no nulls: payloads)."""
+    offsets = np.frombuffer(payloads.buffers()[1], dtype=np.int32)
+    first, last = payloads.offset, payloads.offset + len(payloads)
+    data: pa.Buffer = payloads.buffers()[2]
+    return data[int(offsets[first]) : int(offsets[last])] if data is not None else b""
+
+
+def _text(payloads: pa.BinaryArray, describe: Describe) -> pa.Array:
     try:
-        return binary.cast(pa.string())
+        return payloads.cast(pa.string())
     except pa.ArrowInvalid:
-        for index, payload in enumerate(payloads):
+        for index, payload in enumerate(payloads.to_pylist()):
             try:
                 payload.decode()
             except UnicodeDecodeError as error:
