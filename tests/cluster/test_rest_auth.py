@@ -89,11 +89,10 @@ def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         first = cluster.start_worker("a0")
         second = cluster.start_worker("a1")
-        leader_id = httpx.get(
-            f"{first.url}/admin/v2/worker/cluster/leader",
-            headers={"Authorization": f"Bearer {tokens['admin']}"},
-            timeout=10,
-        ).json()["workerId"]
+        # On Apache Pulsar a joining worker may take the coordination subscription (its
+        # Failover consumer is picked by a hash ring there), and with it the leadership a
+        # couple of heartbeats later: the tests here name the leader, so it must be settled.
+        leader_id = _settled_leader(first, second, tokens["admin"])
         leader, follower = (first, second) if leader_id == "a0" else (second, first)
         made = Secured(cluster, leader, follower, tokens, cluster_key)
         for tenant in ("acme", "beta"):
@@ -106,6 +105,29 @@ def secured(cluster_broker: Broker, tmp_path_factory: pytest.TempPathFactory) ->
         yield made
     finally:
         cluster.stop_all()
+
+
+def _settled_leader(first: Worker, second: Worker, token: str) -> str:
+    """The leader both workers name, once they have named the same one for 3 s."""
+    agreed_since, leader = time.monotonic(), ""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        named = {
+            httpx.get(
+                f"{worker.url}/admin/v2/worker/cluster/leader",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            )
+            .json()
+            .get("workerId", "")  # none, while a new leader takes over
+            for worker in (first, second)
+        }
+        if len(named) != 1 or leader not in named:
+            agreed_since, leader = time.monotonic(), named.pop() if len(named) == 1 else ""
+        elif leader and time.monotonic() - agreed_since >= 3:
+            return leader
+        time.sleep(0.2)
+    raise AssertionError("the workers did not settle on one leader within 60 s")
 
 
 def _topic(fqfn: str, name: str) -> str:
