@@ -21,6 +21,7 @@ import pytest
 from tests.cluster.conftest import Cluster, Worker, wait_until
 from tests.cluster.test_cluster import instance_processes
 from tests.conftest import MAGNETAR
+from tests.integration.test_timers import COUNTED, every_output
 
 FUNCTIONS = "/admin/v3/functions/public/default"
 
@@ -275,41 +276,9 @@ def test_timers_move_to_their_new_owners_when_the_parallelism_changes(
     consumer.close()
 
 
-COUNTED = '''
-import json
-
-from pulsar import Function
-
-
-class Counted(Function):
-    """Each input "<reference> <due s>" arms a timer; its callback counts and publishes."""
-
-    def process(self, input, context):
-        reference, due = input.split()
-        context.create_timer(self.ring, float(due), reference, reference)
-
-    def ring(self, payload, context):
-        context.incr_counter("fired", 1)
-        return json.dumps({"fired": payload})
-'''
 EO_TIMERS = 300
 EO_SPREAD_S = 3.0
 """The timers fall due over this long, so the kill lands among firings."""
-
-
-def every_output(client: pulsar.Client, topic: str) -> list[str]:
-    """The references the whole output topic holds, repeats included."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    found: list[str] = []
-    try:
-        while True:
-            try:
-                message = reader.read_next(2000)
-            except pulsar.Timeout:
-                return found
-            found.append(json.loads(message.data())["fired"])
-    finally:
-        reader.close()
 
 
 @pytest.mark.brokers("apache")
