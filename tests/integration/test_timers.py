@@ -226,13 +226,8 @@ def every_output(client: pulsar.Client, topic: str) -> list[str]:
         reader.close()
 
 
-@pytest.mark.brokers("apache")
-def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
-    client: pulsar.Client, apache_pulsar: Any, topic: str, tmp_path: Path
-) -> None:
-    """An owner change caught midway (the old owner at parallelism 1, instance 1 of the new
-    parallelism 2, both running): both fire the timers instance 1 owns, each on a lane of
-    its own; each timer fires once all the same, its output and its count."""
+def counted_code_and_output(apache_pulsar: Any, topic: str, tmp_path: Path) -> tuple[Path, str]:
+    """``COUNTED`` written to a file, and its output topic with deduplication on."""
     code = tmp_path / "counted.py"
     code.write_text(COUNTED)
     output = f"{topic}-out"
@@ -240,6 +235,17 @@ def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
     admin.create_topic(output)
     admin.enable_deduplication(output)
     admin.close()
+    return code, output
+
+
+@pytest.mark.brokers("apache")
+def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
+    client: pulsar.Client, apache_pulsar: Any, topic: str, tmp_path: Path
+) -> None:
+    """An owner change caught midway (the old owner at parallelism 1, instance 1 of the new
+    parallelism 2, both running): both fire the timers instance 1 owns, each on a lane of
+    its own; each timer fires once all the same, its output and its count."""
+    code, output = counted_code_and_output(apache_pulsar, topic, tmp_path)
     name = f"owners-{uuid.uuid4().hex[:6]}"
     references = [f"r{i}" for i in range(200)]
     due = time.time() + 3
@@ -293,13 +299,7 @@ def test_a_firing_left_unpublished_by_an_instance_gone_is_published_once_by_its_
     """Instance 1 of 2 fired "r1" (its count and removal journaled) and died before its
     output left; the function runs on at parallelism 1: instance 0 publishes r1's output,
     without counting it again or firing it twice, and fires "r2" as usual."""
-    code = tmp_path / "counted.py"
-    code.write_text(COUNTED)
-    output = f"{topic}-out"
-    admin = BrokerAdmin(apache_pulsar.admin_url)
-    admin.create_topic(output)
-    admin.enable_deduplication(output)
-    admin.close()
+    code, output = counted_code_and_output(apache_pulsar, topic, tmp_path)
     fqfn = f"public/default/heir-{uuid.uuid4().hex[:6]}"
     journal_options = StateOptions(str(tmp_path / "gone"), namespace="public/default")
     gone = JournaledStateStore(client, fqfn, journal_options, True)
