@@ -53,6 +53,7 @@ from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
 from magnetar.instance.timer_runner import TimerRunner
+from magnetar.instance.timer_slack import tighten_timer_slack
 from magnetar.instance.timer_setup import TimerPlumbing
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.instance.windowing.runner import WindowRunner
@@ -166,6 +167,7 @@ class FunctionInstance:
 
     def run(self) -> None:
         """Open consumers and producers, then process until ``stop()``."""
+        tighten_timer_slack()  # before the threads the instance starts, which inherit it
         try:
             self._open()
             self._running = True

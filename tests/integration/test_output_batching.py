@@ -31,6 +31,26 @@ def test_a_light_streams_output_does_not_wait_for_the_publish_delay(
     assert values(later) == ["one!", "two!", "three!"]
 
 
+def test_user_code_runs_on_a_thread_whose_timed_waits_end_on_time(
+    client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
+) -> None:
+    # Linux's default timer slack (50 us) stretched each empty poll of the inputs to 100 us
+    code = tmp_path / "timer_slack.py"
+    code.write_text(
+        textwrap.dedent(
+            """
+            import ctypes
+
+            def process(input):
+                return str(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
+            """
+        )
+    )
+    run_function(py=str(code), inputs=[topic], output=f"{topic}-out")
+    produce(client, topic, ["slack?"])
+    assert values(collect(client, f"{topic}-out", 1, timeout=10)) == ["1"]
+
+
 def test_outputs_go_out_while_input_keeps_coming_faster_than_it_is_processed(
     client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
 ) -> None:
