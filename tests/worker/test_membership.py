@@ -140,6 +140,17 @@ def test_a_new_leader_presumes_the_workers_it_was_told_of_alive_for_a_liveness_t
     assert wait_for(lambda: [w.worker_id for w in second.members()] == ["w2"], 3)
 
 
+def client_past_the_workers_ids(broker_url: str) -> pulsar.Client:
+    """A client whose consumer ids follow those of every worker's client: pulsar-lite tells
+    the consumers of a subscription apart by the id the client chose, and refuses (times
+    out) a second one with the same id. A worker's client starts at a random id below 128."""
+    client = create_client(broker_url)
+    spent = f"non-persistent://public/default/ids-{uuid.uuid4().hex[:8]}"
+    for _ in range(256):
+        client.create_reader(spent, pulsar.MessageId.latest).close()
+    return client
+
+
 def test_the_leader_that_receives_no_heartbeats_takes_the_subscription_back(
     membership: NewMembership,
     answering_leader: WorkerInfo,
@@ -151,7 +162,7 @@ def test_the_leader_that_receives_no_heartbeats_takes_the_subscription_back(
     assert wait_for(lambda: first.is_leader, 10)
     # A consumer that sorts first and never reads takes the subscription, as the dead
     # consumer of a reset connection keeps it; w1 answers, so w2 leaves it alone.
-    ghost_client = create_client(broker_url)
+    ghost_client = client_past_the_workers_ids(broker_url)
     try:
         ghost_client.subscribe(
             coordination_topic,
@@ -174,7 +185,7 @@ def test_a_moment_with_the_subscription_is_no_claim_to_the_leadership(
     # What a standby worker sees when the leader's connection drops and comes back: the
     # broker hands it the subscription for a moment. Here consumers that sort first and
     # never read play the leader.
-    holders = create_client(broker_url)
+    holders = client_past_the_workers_ids(broker_url)
 
     def hold(name: str) -> pulsar.Consumer:
         return holders.subscribe(
