@@ -53,8 +53,8 @@ from magnetar.instance.secrets import SecretsProvider, load_secrets_provider
 from magnetar.instance.serde import SerDe, TopicSerDes, load_serde
 from magnetar.instance.state import JournaledState, StateStore, UnconfiguredStateStore
 from magnetar.instance.timer_runner import TimerRunner
-from magnetar.instance.timer_slack import tighten_timer_slack
 from magnetar.instance.timer_setup import TimerPlumbing
+from magnetar.instance.timer_slack import tighten_timer_slack
 from magnetar.instance.windowing.extractors import load_timestamp_extractor
 from magnetar.instance.windowing.runner import WindowRunner
 
