@@ -26,7 +26,7 @@ def tighten_timer_slack() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None)
         failed = libc.prctl(_PR_SET_TIMERSLACK, _ONE_NANOSECOND, 0, 0, 0) != 0
     except (OSError, AttributeError):
         failed = True

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -88,6 +90,13 @@ def collect(
     finally:
         consumer.close()
     return list(messages.values())
+
+
+def python_file(directory: Path, name: str, source: str) -> str:
+    """``source`` (indented as in the test) written to ``directory/name``; its path."""
+    path = directory / name
+    path.write_text(textwrap.dedent(source))
+    return str(path)
 
 
 def values(messages: list[Any]) -> list[str]:

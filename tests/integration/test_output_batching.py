@@ -4,7 +4,6 @@ the user's ``batchingConfig`` says when one is given."""
 
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pulsar
 
 from magnetar.instance import InstanceOptions
-from tests.integration.conftest import RunFunction, collect, produce, values
+from tests.integration.conftest import RunFunction, collect, produce, python_file, values
 
 EXCLAMATION = {"example": "exclamation.py", "class_name": "exclamation.ExclamationFunction"}
 TEN_MINUTES_MS = 600_000
@@ -35,18 +34,17 @@ def test_user_code_runs_on_a_thread_whose_timed_waits_end_on_time(
     client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
 ) -> None:
     # Linux's default timer slack (50 us) stretched each empty poll of the inputs to 100 us
-    code = tmp_path / "timer_slack.py"
-    code.write_text(
-        textwrap.dedent(
-            """
-            import ctypes
+    code = python_file(
+        tmp_path,
+        "timer_slack.py",
+        """
+        import ctypes
 
-            def process(input):
-                return str(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
-            """
-        )
+        def process(input):
+            return str(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
+        """,
     )
-    run_function(py=str(code), inputs=[topic], output=f"{topic}-out")
+    run_function(py=code, inputs=[topic], output=f"{topic}-out")
     produce(client, topic, ["slack?"])
     assert values(collect(client, f"{topic}-out", 1, timeout=10)) == ["1"]
 
@@ -54,20 +52,19 @@ def test_user_code_runs_on_a_thread_whose_timed_waits_end_on_time(
 def test_outputs_go_out_while_input_keeps_coming_faster_than_it_is_processed(
     client: pulsar.Client, run_function: RunFunction, topic: str, tmp_path: Path
 ) -> None:
-    code = tmp_path / "slow_echo.py"
-    code.write_text(
-        textwrap.dedent(
-            """
-            import time
+    code = python_file(
+        tmp_path,
+        "slow_echo.py",
+        """
+        import time
 
-            def process(input):
-                time.sleep(0.01)
-                return input
-            """
-        )
+        def process(input):
+            time.sleep(0.01)
+            return input
+        """,
     )
     options = InstanceOptions(batching_max_publish_delay_ms=TEN_MINUTES_MS)
-    run_function(py=str(code), options=options, inputs=[topic], output=f"{topic}-out")
+    run_function(py=code, options=options, inputs=[topic], output=f"{topic}-out")
     streaming = threading.Event()
     streaming.set()
 

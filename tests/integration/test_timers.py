@@ -238,6 +238,19 @@ def counted_code_and_output(apache_pulsar: Any, topic: str, tmp_path: Path) -> t
     return code, output
 
 
+def counted_config(code: Path, topic: str, output: str, **fields: Any) -> FunctionConfig:
+    """The config of ``COUNTED`` (written to ``code``) from ``topic`` into ``output``,
+    effectively once."""
+    return FunctionConfig(
+        py=str(code),
+        class_name="counted.Counted",
+        inputs=[topic],
+        output=output,
+        processing_guarantees="EFFECTIVELY_ONCE",
+        **fields,
+    )
+
+
 @pytest.mark.brokers("apache")
 def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
     client: pulsar.Client, apache_pulsar: Any, topic: str, tmp_path: Path
@@ -253,14 +266,12 @@ def test_two_owners_of_the_same_timers_fire_each_once_under_effectively_once(
     started: list[tuple[FunctionInstance, JournaledStateStore]] = []
     try:
         for parallelism, instance_id in ((1, 0), (2, 1)):
-            config = FunctionConfig(
+            config = counted_config(
+                code,
+                topic,
+                output,
                 name=name,
-                py=str(code),
-                class_name="counted.Counted",
-                inputs=[topic],
-                output=output,
                 subscription_position="Earliest",
-                processing_guarantees="EFFECTIVELY_ONCE",
                 parallelism=parallelism,
             )
             directory = str(tmp_path / f"state-{instance_id}")
@@ -338,16 +349,7 @@ def test_a_firing_left_unpublished_by_an_instance_gone_is_published_once_by_its_
     gone.close()
 
     tenant, namespace, name = fqfn.split("/")
-    config = FunctionConfig(
-        tenant=tenant,
-        namespace=namespace,
-        name=name,
-        py=str(code),
-        class_name="counted.Counted",
-        inputs=[topic],
-        output=output,
-        processing_guarantees="EFFECTIVELY_ONCE",
-    )
+    config = counted_config(code, topic, output, tenant=tenant, namespace=namespace, name=name)
     options = StateOptions(str(tmp_path / "heir"), namespace="public/default")
     state = JournaledStateStore(client, fqfn, options, True)
     instance = FunctionInstance(config, client, InstanceOptions(), state=state).start()
