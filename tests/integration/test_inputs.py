@@ -58,3 +58,33 @@ def test_an_ordered_subscription_hands_over_a_message_delivered_again_only_once(
         assert received_until(inputs, "d") == ["a", "b", "c", "d"]
     finally:
         inputs.close()
+
+
+def test_a_message_that_ends_a_wait_goes_out_before_the_next_is_looked_for(
+    client: pulsar.Client, topic: str
+) -> None:
+    """On a light stream each message comes after a wait, with nothing behind it: it is taken
+    alone, and the next receive flushes its output before anything else (no empty poll
+    first, each one the client's exception, on every message's path)."""
+    inputs = ordered_inputs(client, topic)
+    flushes: list[float] = []
+
+    def receive() -> list[bytes]:
+        got = inputs.receive(waiting_for_sends=False, idle=lambda: flushes.append(1))
+        return [message.data() for _, message in got]
+
+    try:
+        threading.Timer(0.05, produce, (client, topic, ["a"])).start()
+        got: list[bytes] = []
+        while not got:  # each wait is at most the poll interval
+            got = receive()
+        assert got == [b"a"]
+        produce(client, topic, ["b", "c"])
+        time.sleep(0.3)  # both are in the consumer's queue now
+        flushes.clear()
+        # flushed first; then "b" ended no wait, so "c", ready behind it, comes with it
+        assert receive() == [b"b", b"c"] and len(flushes) == 1
+        # nothing ready: the poll finds that out before the flush, as before any wait
+        assert receive() == [] and len(flushes) == 2
+    finally:
+        inputs.close()
