@@ -1,7 +1,10 @@
 """The shared harness of the throughput benchmarks: two sides over the same number of
 100-byte messages, alternating ``--repeat`` times in one run, unpinned and pinned to one core
 (``taskset -c 1``), each mode in a fresh process; the JSON holds every rate, the medians and
-the ratio of medians (candidate / baseline)."""
+the ratio of medians (candidate / baseline), and beside them the CPU each side's process
+spent per message (every thread of it; the broker's excluded) with the ratio baseline /
+candidate. On a shared machine the rates swing with what else runs; the CPU per message
+swings less."""
 
 from __future__ import annotations
 
@@ -73,27 +76,43 @@ def _phase(broker_url: str, messages: int, repeat: int, sides: dict[str, Side]) 
     """Run every side ``repeat`` times, alternating the order, in this process."""
     client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     rates: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
     for round_ in range(repeat):
         order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
         for name in order:
             source = f"bench-in-{uuid.uuid4().hex[:8]}"
             fill(client, source, messages)
+            cpu_before = time.process_time()
             rate = sides[name](client, source, source + "-out", messages)
+            cpu_us = (time.process_time() - cpu_before) / messages * 1e6
             rates[name].append(rate)
-            print(f"  {name:<11} {rate:>10,.0f} msg/s", file=sys.stderr, flush=True)
+            cpu[name].append(cpu_us)
+            print(
+                f"  {name:<11} {rate:>10,.0f} msg/s  {cpu_us:5.1f} us CPU a message",
+                file=sys.stderr,
+                flush=True,
+            )
     client.close()
-    return rates
+    return {"rates": rates, "cpu_us_per_message": cpu}
 
 
-def _summarize(rates: dict[str, list[float]], baseline: str, candidate: str) -> dict[str, Any]:
+def _summarize(phase: dict[str, Any], baseline: str, candidate: str) -> dict[str, Any]:
+    rates, cpu = phase["rates"], phase["cpu_us_per_message"]
     base = statistics.median(rates[baseline])
     cand = statistics.median(rates[candidate])
+    base_cpu = statistics.median(cpu[baseline])
+    cand_cpu = statistics.median(cpu[candidate])
     return {
         f"{baseline}_rates": rates[baseline],
         f"{candidate}_rates": rates[candidate],
         f"{baseline}_median": base,
         f"{candidate}_median": cand,
         "ratio": cand / base,
+        f"{baseline}_cpu_us_per_message": cpu[baseline],
+        f"{candidate}_cpu_us_per_message": cpu[candidate],
+        f"{baseline}_cpu_median": base_cpu,
+        f"{candidate}_cpu_median": cand_cpu,
+        "cpu_ratio": base_cpu / cand_cpu,
     }
 
 
@@ -149,8 +168,8 @@ def compare(
                     str(args.repeat),
                 ]
                 out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
-                rates = json.loads(out.strip().splitlines()[-1])  # last line: other lines are noise
-                measured[mode] = _summarize(rates, baseline[0], candidate[0])
+                phase = json.loads(out.strip().splitlines()[-1])  # last line: other lines are noise
+                measured[mode] = _summarize(phase, baseline[0], candidate[0])
             results["brokers"][name] = measured
     for mode in modes:
         for side in (baseline[0], candidate[0]):
@@ -161,12 +180,18 @@ def compare(
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))
     base, cand = f"{baseline[0]} msg/s", f"{candidate[0]} msg/s"
-    print(f"\n{'broker':<8} {'mode':<12} {base:>18} {cand:>18} {'ratio':>7}")
+    base_cpu, cand_cpu = f"{baseline[0]} us CPU", f"{candidate[0]} us CPU"
+    print(
+        f"\n{'broker':<8} {'mode':<12} {base:>18} {cand:>18} {'ratio':>7} "
+        f"{base_cpu:>16} {cand_cpu:>16} {'ratio':>7}"
+    )
     for name, measured in results["brokers"].items():
         for mode in modes:
             r = measured[mode]
             print(
                 f"{name:<8} {mode:<12} {r[f'{baseline[0]}_median']:>18,.0f} "
-                f"{r[f'{candidate[0]}_median']:>18,.0f} {r['ratio']:>7.2f}"
+                f"{r[f'{candidate[0]}_median']:>18,.0f} {r['ratio']:>7.2f} "
+                f"{r[f'{baseline[0]}_cpu_median']:>16.1f} "
+                f"{r[f'{candidate[0]}_cpu_median']:>16.1f} {r['cpu_ratio']:>7.2f}"
             )
     print(f"\nwritten to {output}")
