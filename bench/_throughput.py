@@ -3,8 +3,8 @@
 (``taskset -c 1``), each mode in a fresh process; the JSON holds every rate, the medians and
 the ratio of medians (candidate / baseline), and beside them the CPU each side's process
 spent per message (every thread of it; the broker's excluded) with the ratio baseline /
-candidate. On a shared machine the rates swing with what else runs; the CPU per message
-swings less."""
+candidate: how much work a message costs each side, where the rates also say how the cores
+were shared with the broker and whatever else ran."""
 
 from __future__ import annotations
 
