@@ -24,10 +24,11 @@ __all__ = ["Inputs"]
 log = logging.getLogger(__name__)
 
 _WAITED_S = 0.0002
-"""A receive that took longer than this waited for its message: the queue was empty until it
-came, so almost always nothing is behind it (on a light stream an empty poll, the client's
-exception, costs 25-60 us, ten times a message's receive, and it sat on every message's path
-twice)."""
+"""A receive that took longer than this waited for its message. If the message was also
+published after the consumer subscribed (live, not the backlog the broker hands over on
+subscribing), the queue was empty until it came, so almost always nothing is behind it. On a
+light stream an empty poll, the client's exception, costs 25-60 us, ten times a message's
+receive, and it sat on every message's path twice."""
 
 
 class Inputs:
@@ -51,6 +52,8 @@ class Inputs:
         self._handed_back: deque[Received] = deque()
         self._alone = False
         """The last message came alone after a wait (see ``_WAITED_S``)."""
+        self._subscribed_ms = 0
+        """When the consumers subscribed (ms since the epoch, as publish times are)."""
         self.rewind_requested = False
         """A failed send on an ordered subscription: resubscribe before going on."""
         self._skip_before_ms = 0
@@ -67,6 +70,7 @@ class Inputs:
     def subscribe(self) -> None:
         if self._repeats is not None:
             self._repeats.forget()
+        self._subscribed_ms = int(time.time() * 1000)
         self.consumers = open_consumers(
             self._client, self._config, self._options.instance_id, self._options
         )
@@ -120,13 +124,18 @@ class Inputs:
 
     def _take(self, received: list[Received], limit: int, wait_ms: int) -> None:
         """Add what the consumers hold, waiting up to ``wait_ms`` on each for its first (a
-        lone consumer's message that ended a wait is taken alone)."""
+        lone consumer's live message that ended a wait is taken alone)."""
         may_wait_alone = wait_ms > 0 and len(self.consumers) == 1
         for consumer in self.consumers:
             try:
                 started = time.perf_counter()
-                self._add(received, consumer, consumer.receive(wait_ms))
-                if may_wait_alone and time.perf_counter() - started > _WAITED_S:
+                message = consumer.receive(wait_ms)
+                self._add(received, consumer, message)
+                if (
+                    may_wait_alone
+                    and time.perf_counter() - started > _WAITED_S
+                    and message.publish_timestamp() >= self._subscribed_ms
+                ):
                     self._alone = True
                     return
                 while len(received) < limit:
