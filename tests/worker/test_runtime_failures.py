@@ -14,7 +14,7 @@ import pytest
 from magnetar.instance.instance_log import instance_log_path
 from magnetar.worker.runtime import InstanceLogs, ProcessRuntime
 from magnetar.worker.runtime_manager import BackoffPolicy
-from tests.integration.conftest import collect, produce, wait_for
+from tests.integration.conftest import collect, produce, python_file, wait_for
 from tests.worker.conftest import (
     WORKER_ID,
     StartManager,
@@ -35,18 +35,12 @@ def process(input):
 """
 
 
-def write_function(tmp_path: Path, source: str, name: str = "user_fn") -> str:
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    return str(path)
-
-
 def test_a_message_that_kills_its_process_goes_to_the_dead_letter_topic(
     client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
     dead_letters = f"{topic}-dlq"
     config = function_config(
-        py=write_function(tmp_path, KILLER),
+        py=python_file(tmp_path, "user_fn.py", KILLER),
         inputs=[topic],
         output=f"{topic}-out",
         max_message_retries=1,
@@ -84,7 +78,7 @@ def test_ordered_inputs_wait_behind_a_message_that_kills_its_process(
     client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
     config = function_config(
-        py=write_function(tmp_path, KILLER),
+        py=python_file(tmp_path, "user_fn.py", KILLER),
         inputs=[topic],
         output=f"{topic}-out",
         max_message_retries=1,
@@ -149,7 +143,7 @@ def test_an_async_function_finds_the_message_that_kills_it_among_those_in_flight
     client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
     dead, crashes = dead_letter_the_poison(
-        client, start_manager, topic, py=write_function(tmp_path, ASYNC_KILLER)
+        client, start_manager, topic, py=python_file(tmp_path, "user_fn.py", ASYNC_KILLER)
     )
     origin = dead.properties()["ORIGIN_MESSAGE_ID"]
     # it died with "a" and "b" still sleeping: all three suspects, then each ran alone
@@ -215,7 +209,7 @@ def test_an_instance_over_its_resources_ram_is_killed_and_says_so(
 ) -> None:
     ram = 256 * 1024 * 1024
     config = function_config(
-        py=write_function(tmp_path, LEAKER),
+        py=python_file(tmp_path, "user_fn.py", LEAKER),
         inputs=[topic],
         output=f"{topic}-out",
         resources={"ram": ram},
@@ -262,7 +256,7 @@ def test_what_an_instance_prints_goes_to_its_own_rotated_log_file(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     logs = InstanceLogs(tmp_path / "logs", max_bytes=64 * 1024, backups=1)
-    config = function_config(py=write_function(tmp_path, PRINTER), inputs=[topic])
+    config = function_config(py=python_file(tmp_path, "user_fn.py", PRINTER), inputs=[topic])
     specs = instance_specs(config)
     manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, logs=logs))
     manager.apply(specs)
@@ -298,7 +292,7 @@ def process(input):
 def test_status_names_a_message_user_code_has_had_too_long(
     client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
-    config = function_config(py=write_function(tmp_path, SLEEPER), inputs=[topic])
+    config = function_config(py=python_file(tmp_path, "user_fn.py", SLEEPER), inputs=[topic])
     (key,) = specs = instance_specs(config)
     manager = start_manager(busy_warning_s=1.0, stop_timeout_s=1.0)
     manager.apply(specs)
@@ -330,7 +324,7 @@ def test_an_allocation_beyond_resources_ram_fails_that_message_with_memory_error
     client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
     config = function_config(
-        py=write_function(tmp_path, HOG),
+        py=python_file(tmp_path, "user_fn.py", HOG),
         inputs=[topic],
         output=f"{topic}-out",
         resources={"ram": 256 * 1024 * 1024},
@@ -368,7 +362,7 @@ def test_a_function_that_keeps_memory_is_stopped_for_memory_not_threads(
     # first batch of outputs is flushed.
     produce(client, topic, [f"m{i}" for i in range(20)])
     config = function_config(
-        py=write_function(tmp_path, KEEPER),
+        py=python_file(tmp_path, "user_fn.py", KEEPER),
         inputs=[topic],
         output=f"{topic}-out",
         resources={"ram": 128 * 1024 * 1024},
@@ -406,7 +400,7 @@ def test_an_instance_over_its_ram_is_stopped_before_it_is_killed(
     # killed while the broker writes to it also leaves its consumers behind on pulsar-lite,
     # whose healer then restarts the broker under every other function.
     config = function_config(
-        py=write_function(tmp_path, LEAKER),
+        py=python_file(tmp_path, "user_fn.py", LEAKER),
         inputs=[topic],
         output=f"{topic}-out",
         resources={"ram": 160 * 1024 * 1024},
