@@ -58,3 +58,33 @@ def test_an_ordered_subscription_hands_over_a_message_delivered_again_only_once(
         assert received_until(inputs, "d") == ["a", "b", "c", "d"]
     finally:
         inputs.close()
+
+
+def test_a_message_that_ends_a_wait_goes_out_before_the_next_is_looked_for(
+    client: pulsar.Client, topic: str
+) -> None:
+    """On a light stream each message comes after a wait, with nothing behind it: it is taken
+    alone, and the next receive flushes its output before anything else (no empty poll
+    first, each one the client's exception, on every message's path)."""
+    inputs = ordered_inputs(client, topic)
+    flushes: list[int] = []
+
+    def receive() -> list[str]:
+        got = inputs.receive(waiting_for_sends=False, idle=lambda: flushes.append(1))
+        return [message.data().decode() for _, message in got]
+
+    try:
+        threading.Timer(0.05, produce, (client, topic, ["a"])).start()
+        got: list[str] = []
+        while not got:  # each wait is at most the poll interval
+            got = receive()
+        assert got == ["a"]
+        produce(client, topic, ["b", "c"])
+        time.sleep(0.3)  # both are in the consumer's queue now
+        flushes.clear()
+        got = receive()
+        # flushed first, though "b" was ready (before, the poll found it and nothing went out)
+        assert len(flushes) == 1 and got[0] == "b"
+        assert got + ([] if got[-1] == "c" else received_until(inputs, "c")) == ["b", "c"]
+    finally:
+        inputs.close()

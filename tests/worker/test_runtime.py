@@ -182,9 +182,9 @@ def test_instance_stuck_in_user_code_is_killed_after_the_stop_timeout(
     (key,) = specs = instance_specs(config)
     manager = start_manager(stop_timeout_s=1.0)
     manager.apply(specs)
-    # One batch, so all three are in one chunk. An instance holds a chunk's last output
-    # until the chunk ends, so "first" coming out proves "second" was processed and "hang"
-    # is next.
+    # One batch, so all three are ready together: once "first" comes out, "second" and
+    # "hang" are in the instance's hands (in its chunk, or next in its queue), and "hang"
+    # runs before the stop's drain ends.
     producer = client.create_producer(topic, batching_enabled=True)
     for value in ("first", "second", "hang"):
         producer.send_async(value.encode(), None)
