@@ -15,9 +15,13 @@ PULSAR_ADMIN_CLASSPATH := apache-pulsar/pulsar-admin/classpath.txt
 NATIVE_READER := magnetar/spark_connector/_native_reader.so
 NATIVE_SOURCES := native/spark_reader/Cargo.toml $(wildcard native/spark_reader/src/*.rs)
 
+# JavaScript functions' answers from V8 (C, see native/v8_answers): optional like the reader;
+# without a C compiler, calls into V8 are answered through mini-racer's Python callback.
+V8_ANSWERS := magnetar/instance/javascript/_v8_answers.so
+
 .PHONY: install apache-pulsar browser demo test test-docker lint docs bench clean
 
-install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER)
+install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS)
 
 apache-pulsar: $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
 
@@ -51,6 +55,17 @@ $(NATIVE_READER): $(NATIVE_SOURCES)
 	else \
 		echo "The native reader did not build: the Spark connector will read through the" \
 			"Python client"; \
+	fi
+
+$(V8_ANSWERS): native/v8_answers/v8_answers.c
+	@if ! command -v cc >/dev/null; then \
+		echo "No C compiler: JavaScript functions' calls into V8 will be answered through" \
+			"Python (install gcc and run make again for the native answers)"; \
+	elif cc -O2 -Wall -shared -fPIC -o $@.tmp $< -lpthread; then \
+		mv $@.tmp $@; \
+	else \
+		echo "The native V8 answers did not build: calls into V8 will be answered through" \
+			"Python"; \
 	fi
 
 # The web console's tests drive Debian's chromium through Playwright (which is given the system
@@ -95,4 +110,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build site bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER)
+		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS)

@@ -5,43 +5,29 @@ with its line and column, an exception or a runaway loop in the top-level code, 
 function. Calls run with a time limit (mini-racer terminates V8 execution when it passes) and
 under a hard heap limit; either interruption is returned, not raised, so the executor can
 find out where the batch stopped. The context has no host access: V8 alone has no
-``require``, filesystem or network, and the prelude removes the timers mini-racer installs.
+``require``, filesystem or network, and the prelude's timers only say why there are none.
 
-mini-racer drives V8 from an asyncio loop. By default that loop runs on a thread of its own,
-so every call hops from the caller to it and back (two more thread switches, each needing the
-GIL: about 0.3 ms a call, much more on a busy machine). The engine gives mini-racer a loop of
-its own, used only to open and close the context. Calls take mini-racer's own synchronous
-path instead (its ``Context.eval``: the task's one answer comes through a queue), with a time
-limit added: on timeout the task is cancelled, and V8 then answers it exactly once with
-"execution terminated". That is 0.08 ms a call where going through the loop took 0.22-0.29 ms
-(quiet machine), and it is most of a light stream's per-message cost. It uses mini-racer's
-private ``Context`` (pinned to 0.14 in pyproject.toml; the JavaScript tests cover it).
+Each call is one task on the context's V8 thread, answered as ``_v8_context`` describes,
+with a time limit added: on timeout the task is cancelled, and V8 then answers it exactly once
+with "execution terminated".
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import json
 import logging
-import queue
 import re
 from pathlib import Path
 from typing import Any
 
-from py_mini_racer import (
-    JSEvalException,
-    JSOOMException,
-    JSParseException,
-    MiniRacer,
-    mini_racer,
-)
-from py_mini_racer._context import _UNCANCELABLE_TASK_CALLBACK_ID as _ANSWER_BY_QUEUE
+from py_mini_racer import JSEvalException, JSOOMException, JSParseException
 
 from magnetar.instance.exceptions import FunctionLoadError, InstanceError
 from magnetar.instance.javascript._curl_runtime import CURL_RUNTIME
 from magnetar.instance.javascript._prelude import PRELUDE, RUNTIME_GLOBAL
+from magnetar.instance.javascript._v8_context import V8Context, open_v8_context
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
@@ -100,11 +86,9 @@ class ScriptEngine:
     ) -> None:
         self.filename = filename
         self.memory_limit_bytes = memory_limit_bytes
-        self._loop = asyncio.new_event_loop()
-        self._context = mini_racer(event_loop=self._loop)
-        self._racer: MiniRacer | None = self._loop.run_until_complete(self._open())
+        self._v8: V8Context | None = open_v8_context()
         try:
-            self._racer.set_hard_memory_limit(memory_limit_bytes)
+            self._v8.context.set_hard_memory_limit(memory_limit_bytes)
             self._eval(PRELUDE)
             self._eval(CURL_RUNTIME)
             before = set(self._global_names())
@@ -114,32 +98,26 @@ class ScriptEngine:
             self.close()
             raise
 
-    async def _open(self) -> MiniRacer:
-        # entered on the loop, so mini-racer's own first eval runs on it too
-        return self._context.__enter__()
-
     def _eval(self, code: str, timeout_s: float = 60.0) -> Any:
         """Evaluate ``code`` in V8; TimeoutError when it runs too long."""
-        assert self._racer is not None, "the engine is closed"
-        context = self._racer._ctx
-        assert context is not None
+        v8 = self._v8
+        assert v8 is not None, "the engine is closed"
+        context = v8.context
         code_handle = context._python_to_value_handle(code)
-        task = context._dll.mr_eval(context._ctx, code_handle.raw, _ANSWER_BY_QUEUE)
-        answers = context._non_cancelable_mr_task_results_queue
-        try:
-            answer = answers.get(timeout=timeout_s)
-        except queue.Empty:
+        task = context._dll.mr_eval(context._ctx, code_handle.raw, v8.callback_id)
+        answer = v8.wait(timeout_s)
+        if answer is None:
             context._dll.mr_cancel_task(context._ctx, task)
-            try:  # its result or "execution terminated": dropped either way
-                answer = answers.get(timeout=_TERMINATION_WAIT_S)
-            except queue.Empty:
+            # its result or "execution terminated": dropped either way
+            answer = v8.wait(_TERMINATION_WAIT_S)
+            if answer is None:
                 raise InstanceError(
                     f"V8 did not stop {self.filename} within {_TERMINATION_WAIT_S:.0f} s of "
                     "its time limit; the instance restarts with a fresh context"
-                ) from None
+                )
             with contextlib.suppress(Exception):
                 context._value_handle_to_python(answer)
-            raise TimeoutError from None
+            raise TimeoutError
         return context._value_handle_to_python(answer)
 
     def _run_top_level(self, source: str, timeout_ms: int) -> None:
@@ -215,11 +193,11 @@ class ScriptEngine:
     def _collect_garbage(self) -> None:
         """After the heap limit stopped a call: free what the call left behind, and fail the
         instance if the script itself keeps (almost) the limit alive."""
-        assert self._racer is not None
+        assert self._v8 is not None
         limit_mib = self.memory_limit_bytes // (1024 * 1024)
         try:
-            self._racer.low_memory_notification()
-            used = int(self._racer.heap_stats()["used_heap_size"])
+            self._v8.context.low_memory_notification()
+            used = int(json.loads(self._v8.context.heap_stats())["used_heap_size"])
         except ValueError:  # an exhausted isolate answers nothing at all (not even JSON)
             raise InstanceError(
                 f"out of memory: the JavaScript heap of {self.filename} is exhausted at its "
@@ -235,11 +213,10 @@ class ScriptEngine:
 
     def close(self) -> None:
         """Free the V8 context and the engine's loop (once; later calls do nothing)."""
-        if self._racer is None:
+        if self._v8 is None:
             return
-        self._racer = None
-        self._context.__exit__(None, None, None)
-        self._loop.close()
+        v8, self._v8 = self._v8, None
+        v8.close()
 
 
 def syntax_error(filename: str, v8_message: str, source: str) -> str:
