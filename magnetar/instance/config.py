@@ -30,6 +30,7 @@ from magnetar.instance.windowing.config import WindowConfig
 from magnetar.topics import base_topic, full_topic_name
 
 __all__ = [
+    "LONGEST_TIME_LIMIT_S",
     "SCHEMA_TYPES",
     "ConsumerSpec",
     "FunctionConfig",
@@ -60,6 +61,11 @@ class Runtime(StrEnum):
     PYTHON = "PYTHON"
     JAVASCRIPT = "JAVASCRIPT"
 
+
+LONGEST_TIME_LIMIT_S = 1e9
+"""The longest ``timeoutMs`` enforced as given (about 31 years); a longer one is enforced as
+this. The timers behind it (``setitimer``, a thread's timed wait) overflow not far above, and
+no invocation runs that long."""
 
 JAVASCRIPT_SERDES = ("string", "json")
 """SerDe names of JavaScript functions: ``string`` (UTF-8 text, the default) or ``json``."""
@@ -190,7 +196,7 @@ class FunctionConfig(_Model):
     retain_key_ordering: bool = False
     """Process messages of one key in order (Key_Shared subscription)."""
     timeout_ms: int | None = Field(default=None, gt=0)
-    """Upper bound of one invocation of the function."""
+    """Upper bound of one invocation of the function (enforced up to ``LONGEST_TIME_LIMIT_S``)."""
     forward_source_message_property: bool = True
     """Copy the input message's properties onto the output message."""
     cleanup_subscription: bool | None = None

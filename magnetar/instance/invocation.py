@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from magnetar.instance.config import LONGEST_TIME_LIMIT_S
 from magnetar.instance.context import InstanceContext
 from magnetar.instance.exceptions import InvocationTimeoutError
 from magnetar.instance.loader import LoadedFunction
@@ -57,7 +58,7 @@ class Invoker:
             yield
             return
         previous = signal.signal(signal.SIGALRM, self._on_alarm)
-        self._alarm_s = timeout_s
+        self._alarm_s = min(timeout_s, LONGEST_TIME_LIMIT_S)
         try:
             yield
         finally:

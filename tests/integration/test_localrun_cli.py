@@ -224,6 +224,36 @@ def test_timeout_stops_a_runaway_invocation_and_the_instance_goes_on(
     )
 
 
+def test_a_timeout_beyond_what_timers_can_wait_is_no_limit(
+    localrun,
+    client: pulsar.Client,
+    topic: str,  # type: ignore[no-untyped-def]
+) -> None:
+    run = localrun(
+        "--py",
+        str(EXAMPLES / "exclamation.py"),
+        "--classname",
+        "exclamation.ExclamationFunction",
+        "--name",
+        "patient",
+        "--inputs",
+        topic,
+        "--output",
+        f"{topic}-out",
+        "--timeout-ms",
+        str(10**23),
+        "--subs-position",
+        "Earliest",
+        global_args=("--output", "json"),
+    )
+    run.wait_for_stderr("Running")
+    produce(client, topic, ["a", "b"])
+    assert values(collect(client, f"{topic}-out", 2)) == ["a!", "b!"]
+    code, stdout = run.interrupt()
+    assert code == 0
+    assert json.loads(stdout)["instances"][0]["status"]["numUserExceptions"] == 0
+
+
 def test_embedded_broker_when_no_broker_url(
     localrun,
     cli_env: dict[str, str],

@@ -77,3 +77,11 @@ def test_a_process_whose_native_channels_are_all_taken_is_answered_through_pytho
         assert isinstance(context, _v8_context._NativeAnswers)
     finally:
         context.close()
+
+
+def test_a_time_limit_beyond_what_timers_can_wait_is_no_limit(tmp_path: Path, answers: str) -> None:
+    run = executor(tmp_path, _SCRIPT, timeout_ms=10**23)
+    try:
+        assert outputs(run, ["a", "b"]) == ["a!", "b!"]
+    finally:
+        run.close()

@@ -24,6 +24,7 @@ from typing import Any
 
 from py_mini_racer import JSEvalException, JSOOMException, JSParseException
 
+from magnetar.instance.config import LONGEST_TIME_LIMIT_S
 from magnetar.instance.exceptions import FunctionLoadError, InstanceError
 from magnetar.instance.javascript._curl_runtime import CURL_RUNTIME
 from magnetar.instance.javascript._prelude import PRELUDE, RUNTIME_GLOBAL
@@ -105,7 +106,7 @@ class ScriptEngine:
         context = v8.context
         code_handle = context._python_to_value_handle(code)
         task = context._dll.mr_eval(context._ctx, code_handle.raw, v8.callback_id)
-        answer = v8.wait(timeout_s)
+        answer = v8.wait(min(timeout_s, LONGEST_TIME_LIMIT_S))
         if answer is None:
             context._dll.mr_cancel_task(context._ctx, task)
             # its result or "execution terminated": dropped either way
