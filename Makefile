@@ -19,9 +19,14 @@ NATIVE_SOURCES := native/spark_reader/Cargo.toml $(wildcard native/spark_reader/
 # without a C compiler, calls into V8 are answered through mini-racer's Python callback.
 V8_ANSWERS := magnetar/instance/javascript/_v8_answers.so
 
+# Output sends through pulsar-client's C API (C, see native/output_sends): optional too; without
+# a C compiler, the instance sends through pulsar-client's Python producer (slower).
+OUTPUT_SENDS := magnetar/instance/_output_sends.so
+
 .PHONY: install apache-pulsar browser demo test test-docker lint docs bench clean
 
-install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS)
+install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS) \
+	$(OUTPUT_SENDS)
 
 apache-pulsar: $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
 
@@ -68,6 +73,20 @@ $(V8_ANSWERS): native/v8_answers/v8_answers.c
 			"Python"; \
 	fi
 
+# Against the venv's Python headers: an extension module, unlike the V8 answers.
+$(OUTPUT_SENDS): native/output_sends/output_sends.c $(STAMP)
+	@if ! command -v cc >/dev/null; then \
+		echo "No C compiler: instances will send through pulsar-client's Python producer" \
+			"(install gcc and run make again for the native sends)"; \
+	elif cc -O2 -Wall -shared -fPIC -o $@.tmp $< \
+			-I"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+			-ldl; then \
+		mv $@.tmp $@; \
+	else \
+		echo "The native sends did not build: instances will send through pulsar-client's" \
+			"Python producer"; \
+	fi
+
 # The web console's tests drive Debian's chromium through Playwright (which is given the system
 # browser: it downloads none). Installed when make runs as root with apt; otherwise they skip.
 browser:
@@ -110,4 +129,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build site bench/results .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS)
+		$(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS) $(OUTPUT_SENDS)

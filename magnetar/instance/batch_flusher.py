@@ -10,6 +10,9 @@ it blocks until the broker answers, so a thread of its own calls it and the inst
 That thread starts with the flusher, before any user code runs: once a function holds all the
 memory ``resources.ram`` allows, no thread can start, and a late one would end the instance
 with "can't start new thread" instead of failing the function's messages with MemoryError.
+
+Producers sent on natively (``native_sends``) are flushed from the instance's thread instead,
+through the client's C API with the GIL released; this thread flushes the others.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 import pulsar
 
 from magnetar.instance.batch_flusher import BatchFlusher
+from magnetar.instance.native_sends import native_sender
 
 __all__ = ["Chunk", "ChunkSender", "Completion"]
 
@@ -76,6 +78,8 @@ class ChunkSender:
         self._unflushed_since = 0.0
         """When the oldest of those batches was opened (``time.monotonic``)."""
         self._flusher = BatchFlusher(f"{name}-flusher")
+        self._native: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        """Producer -> its ``native_sender`` (or None), for sends that need no message id."""
         self.completions: deque[Completion] = deque()
         self.completed = threading.Event()
 
@@ -116,18 +120,37 @@ class ChunkSender:
             self._unflushed_since = time.monotonic()
         self._unflushed.add(producer)
         try:
-            producer.send_async(send.content, callback, **send.kwargs)
+            if send.user_callback is not None or not self._sent_natively(producer, send, callback):
+                producer.send_async(send.content, callback, **send.kwargs)
         except Exception as error:  # e.g. producer closed: fail the chunk, never lose it
             if callback is None:
                 chunk.pending += 1
             chunk.error = chunk.error or f"send to {producer.topic()} failed: {error}"
             self.completions.append((chunk, pulsar.Result.UnknownError, None))
 
+    def _sent_natively(self, producer: Any, send: _HeldSend, callback: Any) -> bool:
+        try:
+            sender = self._native[producer]
+        except KeyError:
+            sender = self._native[producer] = native_sender(producer)
+        return sender is not None and (
+            sender.send_async(send.content, callback, **send.kwargs) is not NotImplemented
+        )
+
     def flush(self) -> None:
-        """Send the open batches now instead of at the end of their publish delay (see
-        ``BatchFlusher``). Returns at once; completions come as usual."""
+        """Send the open batches now instead of at the end of their publish delay: here for
+        the producers sent on natively (``native_sends``), by the ``BatchFlusher``'s thread
+        for the others. Returns at once; completions come as usual."""
         if self._unflushed:
-            self._flusher.request(self._unflushed)
+            by_thread = set()
+            for producer in self._unflushed:
+                sender = self._native.get(producer)
+                if sender is None:
+                    by_thread.add(producer)
+                else:
+                    sender.flush_async()
+            if by_thread:
+                self._flusher.request(by_thread)
             self._unflushed = set()
 
     def flush_older(self, than_s: float) -> None:

@@ -22,7 +22,7 @@ from magnetar.instance.exceptions import FunctionLoadError, SerDeError
 from magnetar.instance.loader import LoadedFunction, load_attribute
 from magnetar.instance.serde import SerDe
 
-__all__ = ["SchemaSerDe", "input_schema_serdes", "output_schema_serde"]
+__all__ = ["PASSED_THROUGH", "SchemaSerDe", "input_schema_serdes", "output_schema_serde"]
 
 
 class SchemaSerDe:
@@ -67,6 +67,11 @@ class _Encoded(Schema):  # type: ignore[misc]
 
     def decode(self, data: bytes) -> bytes:
         return data
+
+
+PASSED_THROUGH: tuple[type[Schema], ...] = (BytesSchema, _Encoded)
+"""The producer schemas whose ``encode`` hands bytes back as they are: the instance's
+producers declare one of these."""
 
 
 def input_schema_serdes(
