@@ -9,6 +9,9 @@ measured):
   comes out (the subject runs), prints ``flowing``, then times every output from its send
   until it has them all or they stop coming, and prints p50/p99/p999 of the inputs after the
   warm-up, with the outputs missing and how long the subject lagged after the last send.
+  An output seen again is a duplicate; ``resent`` counts those stored again under another
+  message id (the subject sent it twice), where the rest are the broker handing the same
+  stored output out again (pulsar-lite does, to an Exclusive subscription).
 
     python bench/_paced_stream.py send URL SOURCE RATE TOTAL
     python bench/_paced_stream.py receive URL SOURCE SINK TOTAL COUNTED_FROM MIN_SECONDS
@@ -91,8 +94,8 @@ def receive(
     print("flowing", flush=True)
     ends_at = time.monotonic() + min_seconds
     latencies: list[float] = []
-    seen = bytearray(total)
-    received = duplicates = 0
+    first_ids: list[Any] = [None] * total
+    received = duplicates = resent = 0
     last_sent_ns = last_output_ns = 0
     last_output_at = time.monotonic()
     while received < total:
@@ -113,10 +116,12 @@ def receive(
             continue
         index_text, sent_text = data.rstrip(b"!").split(b":")
         index, sent = int(index_text), int(sent_text)
-        if seen[index]:
+        message_id = message.message_id()
+        if first_ids[index] is not None:
             duplicates += 1
+            resent += first_ids[index] != message_id
             continue
-        seen[index] = 1
+        first_ids[index] = message_id
         received += 1
         last_output_at = time.monotonic()
         last_output_ns = max(last_output_ns, now)
@@ -128,6 +133,7 @@ def receive(
         **percentiles(latencies),
         "missing": total - received,
         "duplicates": duplicates,
+        "resent": resent,
         # the time from the last send whose output came until the last output: a subject
         # that keeps up has it near its latency, one that lags has its backlog here
         "drain_ms": round((last_output_ns - last_sent_ns) / 1e6, 3) if received else None,

@@ -118,7 +118,10 @@ static int fill(c_message *message, PyObject *const *values, PyObject *names) {
     for (Py_ssize_t i = 0; i < count; i++) {
         const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
         PyObject *value = values[i];
-        if (!name) return 0;
+        if (!name) {
+            PyErr_Clear();
+            return 0;
+        }
         if (value == Py_None) continue;
         if (strcmp(name, "properties") == 0) {
             if (!PyDict_CheckExact(value)) return 0;
