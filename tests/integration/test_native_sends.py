@@ -17,6 +17,7 @@ from pulsar.schema import BytesSchema, StringSchema
 from magnetar.instance import native_sends
 from magnetar.instance.delivery import Chunk, ChunkSender
 from magnetar.instance.native_sends import native_sender
+from tests.integration.conftest import collect
 
 pytestmark = pytest.mark.brokers("lite", "apache")
 
@@ -46,14 +47,6 @@ def _seen(message: Any) -> tuple[Any, ...]:
     )
 
 
-def _receive(client: pulsar.Client, topic: str, count: int) -> list[Any]:
-    consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
-    try:
-        return [consumer.receive(10_000) for _ in range(count)]
-    finally:
-        consumer.close()
-
-
 def test_make_built_the_native_sends() -> None:
     if shutil.which("cc") is None:
         pytest.skip("no C compiler here: make builds no native sends")
@@ -78,7 +71,7 @@ def test_a_native_send_is_what_pulsar_clients_send_would_have_been(
     assert done.wait(10)
     assert results == [(pulsar.Result.Ok, None)]
 
-    native, python = _receive(client, topic, 2)
+    native, python = collect(client, topic, 2)
     assert _seen(native) == _seen(python)
     assert _seen(native) == (
         b"native",
@@ -151,7 +144,7 @@ def test_what_the_native_path_does_not_take_it_leaves_unsent(
     assert sender.send_async(content, None, **fields) is NotImplemented
     producer.send_async(b"only", None)
     producer.flush()
-    assert [m.data() for m in _receive(client, topic, 1)] == [b"only"]
+    assert [m.data() for m in collect(client, topic, 1)] == [b"only"]
     producer.close()
 
 
@@ -175,7 +168,7 @@ def test_the_chunk_sender_hands_what_is_not_native_to_pulsar_client(
     assert list(sender.completions) == [(chunk, pulsar.Result.Ok, None)]
     sender.close()
 
-    received = _receive(client, topic, 3)
+    received = collect(client, topic, 3)
     assert [(m.data(), m.properties()) for m in received] == [
         (b"a", {"n": "1"}),
         (b"b", {"n": "2\0two"}),
