@@ -100,7 +100,7 @@ class Inputs:
             received.append(self._handed_back.popleft())
         if len(received) < limit and len(self.retries):
             received += self.retries.due(limit - len(received))
-        if received or len(self.retries) >= self._options.max_unacked:
+        if received:
             return received
         poll_ms = 5 if waiting_for_sends else self._options.poll_interval_ms
         due = self.retries.next_due()
@@ -108,6 +108,12 @@ class Inputs:
             poll_ms = min(poll_ms, int((due - time.monotonic()) * 1000) + 1)
         if wake_in_s is not None:
             poll_ms = min(poll_ms, int(wake_in_s * 1000) + 1)
+        if len(self.retries) >= self._options.max_unacked:
+            # held retries fill the window, so no new input: wait for the first to be due
+            # (returning at once spun a core for as long as the retries waited)
+            if not busy:
+                self._stop.wait(max(1, poll_ms) / 1000)
+            return received
         poll_ms = 0 if busy else max(1, poll_ms // len(self.consumers))
         if idle is not None:
             if not alone:  # otherwise nothing was ready a moment ago: no poll before the flush
