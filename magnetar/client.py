@@ -188,6 +188,18 @@ def may_deduplicate(service_url: str) -> bool:
     return version is None or not _is_pulsar_lite(version)
 
 
+def shared_acks_cost_gaps(service_url: str) -> bool:
+    """Whether the broker's work for each acknowledgement and dispatch on a shared
+    subscription grows with the gaps between the messages acknowledged so far: pulsar-lite
+    0.2 reads and rewrites the subscription's whole cursor every time, Apache Pulsar keeps it
+    in memory."""
+    try:
+        version = server_version(service_url)
+    except ValueError:
+        return False
+    return version is not None and _is_pulsar_lite(version)
+
+
 def _is_pulsar_lite(version: str) -> bool:
     return "lite" in version.lower()
 

@@ -20,7 +20,11 @@ class InstanceOptions:
     instance_id: int = 0
     """Index of this instance among the function's ``parallelism`` instances."""
     receiver_queue_size: int = 1000
-    """Messages prefetched per consumer: the instance's bounded input queue."""
+    """Messages prefetched per consumer: the instance's bounded input queue (unless the
+    function's ``inputSpecs`` set ``receiverQueueSize``, or see ``shared_acks_cost_gaps``)."""
+    shared_acks_cost_gaps: bool = False
+    """The broker's work for each acknowledgement on a shared subscription grows with the
+    gaps between acknowledged messages (pulsar-lite; see ``subscription``)."""
     max_chunk: int = 500
     """Most messages processed between two acknowledgement rounds."""
     max_unacked: int = 20_000

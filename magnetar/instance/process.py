@@ -168,8 +168,8 @@ def run_instance_process(
     signal.signal(signal.SIGINT, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # what waited is handled now
 
-    from magnetar.client import create_client, may_deduplicate
-    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+    from magnetar.client import create_client, may_deduplicate, shared_acks_cost_gaps
+    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, SubscriptionType
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
 
     log_format = f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s"
@@ -208,6 +208,11 @@ def run_instance_process(
                 may_deduplicate(spec.broker_url)
                 if config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
                 else True
+            ),
+            shared_acks_cost_gaps=(
+                config.parallelism > 1
+                and config.subscription_type is not SubscriptionType.FAILOVER
+                and shared_acks_cost_gaps(spec.broker_url)
             ),
         )
         if spec.state is not None:

@@ -1,11 +1,17 @@
-"""Consumer names: on an ordered (Failover) subscription the newest consumer sorts first."""
+"""Consumer names (on an ordered, Failover, subscription the newest consumer sorts first), and
+how many messages a consumer prefetches."""
 
 from __future__ import annotations
 
 import time
 
-from magnetar.instance import FunctionConfig
-from magnetar.instance.subscription import consumer_name
+from magnetar.instance import FunctionConfig, InstanceOptions
+from magnetar.instance.config import ConsumerSpec
+from magnetar.instance.subscription import (
+    SHARED_ON_GAPPED_CURSOR,
+    consumer_name,
+    receiver_queue_size,
+)
 
 
 def test_ordered_subscriptions_name_the_newest_consumer_first() -> None:
@@ -20,3 +26,41 @@ def test_ordered_subscriptions_name_the_newest_consumer_first() -> None:
 def test_shared_subscriptions_name_consumers_after_the_instance() -> None:
     config = FunctionConfig(name="wc", inputs=["words"])
     assert consumer_name(config, 1) == "public/default/wc:1"
+
+
+GAPS_COST = InstanceOptions(shared_acks_cost_gaps=True)
+WORDS = ["persistent://public/default/words"]
+
+
+def test_instances_sharing_a_subscription_prefetch_few_where_its_gaps_cost_the_broker() -> None:
+    shared = FunctionConfig(name="wc", inputs=["words"], parallelism=3)
+    assert receiver_queue_size(shared, GAPS_COST, WORDS) == SHARED_ON_GAPPED_CURSOR
+    assert receiver_queue_size(shared, InstanceOptions(), WORDS) == 1000
+
+
+def test_a_lone_instance_or_an_ordered_subscription_keeps_the_default_queue() -> None:
+    alone = FunctionConfig(name="wc", inputs=["words"])
+    ordered = FunctionConfig(name="wc", inputs=["words"], parallelism=3, retain_ordering=True)
+    assert receiver_queue_size(alone, GAPS_COST, WORDS) == 1000
+    assert receiver_queue_size(ordered, GAPS_COST, WORDS) == 1000
+
+
+def test_the_input_specs_receiver_queue_size_wins_the_smallest_for_one_consumer() -> None:
+    config = FunctionConfig(
+        name="wc",
+        inputs=["other"],
+        parallelism=3,
+        input_specs={
+            "words": ConsumerSpec(receiver_queue_size=5000),
+            "persistent://public/default/lines": ConsumerSpec(receiver_queue_size=200),
+            "logs-.*": ConsumerSpec(receiver_queue_size=7, is_regex=True),
+        },
+    )
+    listed = list(config.input_serdes())
+    assert receiver_queue_size(config, GAPS_COST, listed) == 200
+    assert receiver_queue_size(config, GAPS_COST, WORDS) == 5000
+    assert receiver_queue_size(config, GAPS_COST, ["logs-.*"]) == 7
+    assert (
+        receiver_queue_size(config, InstanceOptions(), ["persistent://public/default/other"])
+        == 1000
+    )
