@@ -67,6 +67,10 @@ def test_deserialize_arbitrary_bytes_like_identity_serde(payload: bytes) -> None
 @example(" -1.5e3\n")
 @example("\t1+2j ")
 @example("hello")
+@example("12:30")
+@example('{"amount": 3}')
+@example("1,000")
+@example("(1+2j)\x1f")
 def test_deserialize_text_like_identity_serde(text: str) -> None:
     same(text.encode())
 
