@@ -122,7 +122,8 @@ docs: install
 # Every benchmark; each writes JSON under bench/results and prints its comparison.
 BENCHES := instance_throughput cluster_latency metadata_replay scheduler_scale state_throughput \
 	state_materialize state_query js_throughput spark_read_throughput balanced_failover \
-	window_throughput async_throughput dependency_start broker_heal chaos latency abuse
+	window_throughput async_throughput dependency_start broker_heal chaos latency abuse \
+	shared_prefetch
 
 bench: install
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit 1; done
