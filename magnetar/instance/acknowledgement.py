@@ -58,7 +58,7 @@ class Acknowledger:
 
     def acknowledge_completed(self) -> None:
         """Settle every chunk whose sends have all completed."""
-        completions = self._sender.completions
+        completions = self._sender.collect()
         while completions:
             chunk, result, owner = completions.popleft()
             if result != pulsar.Result.Ok:
@@ -111,6 +111,5 @@ class Acknowledger:
         deadline = time.monotonic() + timeout_s
         self.acknowledge_completed()
         while self.unacked > 0 and time.monotonic() < deadline:
-            self._sender.completed.wait(0.05)
-            self._sender.completed.clear()
+            self._sender.wait_completed(0.05)
             self.acknowledge_completed()

@@ -10,8 +10,9 @@ input that produced the send.
 
 ``Chunk`` is the unit: the inputs to acknowledge and the number of callbacks still to come.
 ``ChunkSender`` holds back each producer's latest send so it can be the one that carries the
-callback when the chunk is sealed. Callbacks only append to a deque; the instance's own
-thread acknowledges, so the hot path takes no locks.
+callback when the chunk is sealed. Callbacks only record the outcome; the instance's own
+thread acknowledges. Sends through the C API (``native_sends``) have theirs recorded in a
+``Ledger`` without the GIL; the others' Python callbacks append to a deque.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import pulsar
 
 from magnetar.instance.batch_flusher import BatchFlusher
-from magnetar.instance.native_sends import native_sender
+from magnetar.instance.native_sends import native_ledger, native_sender
 
 __all__ = ["Chunk", "ChunkSender", "Completion"]
 
@@ -80,8 +81,13 @@ class ChunkSender:
         self._flusher = BatchFlusher(f"{name}-flusher")
         self._native: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         """Producer -> its ``native_sender`` (or None), for sends that need no message id."""
+        self._ledger = native_ledger()
+        """Where the native sends record their outcomes (None where not built)."""
+        self._completed = threading.Event()
+        self._wake = self._ledger.notify if self._ledger is not None else self._completed.set
+        """Wakes ``wait_completed`` when a Python callback has appended a completion."""
         self.completions: deque[Completion] = deque()
-        self.completed = threading.Event()
+        """The Python callbacks' completions (``collect`` adds the native sends')."""
 
     def send(
         self,
@@ -112,30 +118,55 @@ class ChunkSender:
             self.completions.append((chunk, pulsar.Result.Ok, None))
 
     def _issue(self, chunk: Chunk, producer: Any, send: _HeldSend, tracked: bool) -> None:
-        callback = None
         if tracked:
             chunk.pending += 1
-            callback = self._callback(chunk, send.user_callback, send.owner)
         if not self._unflushed:
             self._unflushed_since = time.monotonic()
         self._unflushed.add(producer)
         try:
-            if send.user_callback is not None or not self._sent_natively(producer, send, callback):
+            if send.user_callback is not None or not self._sent_natively(
+                producer, send, (chunk, send.owner) if tracked else None
+            ):
+                callback = (
+                    self._callback(chunk, send.user_callback, send.owner) if tracked else None
+                )
                 producer.send_async(send.content, callback, **send.kwargs)
         except Exception as error:  # e.g. producer closed: fail the chunk, never lose it
-            if callback is None:
+            if not tracked:
                 chunk.pending += 1
             chunk.error = chunk.error or f"send to {producer.topic()} failed: {error}"
             self.completions.append((chunk, pulsar.Result.UnknownError, None))
 
-    def _sent_natively(self, producer: Any, send: _HeldSend, callback: Any) -> bool:
+    def _sent_natively(self, producer: Any, send: _HeldSend, token: Any) -> bool:
+        """Sent through the C API; a tracked send's outcome (``token``: its chunk and owner)
+        recorded in the ledger."""
         try:
             sender = self._native[producer]
         except KeyError:
             sender = self._native[producer] = native_sender(producer)
-        return sender is not None and (
-            sender.send_async(send.content, callback, **send.kwargs) is not NotImplemented
-        )
+        if sender is None or (token is not None and self._ledger is None):
+            return False
+        if token is None:
+            sent = sender.send_async(send.content, None, **send.kwargs)
+        else:
+            sent = sender.send_recorded(send.content, self._ledger, token, **send.kwargs)
+        return sent is not NotImplemented
+
+    def collect(self) -> deque[Completion]:
+        """Every completion so far: the Python callbacks', and the native sends' taken from
+        the ledger."""
+        if self._ledger is not None:
+            for (chunk, owner), result in self._ledger.take():
+                self.completions.append((chunk, result, owner))
+        return self.completions
+
+    def wait_completed(self, timeout_s: float) -> None:
+        """Wait until a send completes, or ``timeout_s``."""
+        if self._ledger is not None:
+            self._ledger.wait(timeout_s)
+        else:
+            self._completed.wait(timeout_s)
+            self._completed.clear()
 
     def flush(self) -> None:
         """Send the open batches now instead of at the end of their publish delay: here for
@@ -165,11 +196,11 @@ class ChunkSender:
     def _callback(
         self, chunk: Chunk, user_callback: Callable[[Any, Any], None] | None, owner: Any
     ) -> Callable[[Any, Any], None]:
-        completions, completed = self.completions, self.completed
+        completions, wake = self.completions, self._wake
 
         def on_sent(result: Any, message_id: Any) -> None:
             completions.append((chunk, result, owner))
-            completed.set()
+            wake()
             if user_callback is not None:
                 # the client aborts the process when a callback raises
                 with contextlib.suppress(Exception):

@@ -467,8 +467,7 @@ class FunctionInstance:
                 acknowledger.wait(options.drain_timeout_s)
                 inputs.rewind(options.retry_delay_ms / 1000)
             while acknowledger.unacked > options.max_unacked and not self._stop.is_set():
-                self._sender.completed.wait(0.05)
-                self._sender.completed.clear()
+                self._sender.wait_completed(0.05)
                 acknowledger.acknowledge_completed()
             if time.monotonic() >= next_report:
                 self._report_metrics()

@@ -8,6 +8,11 @@ C++ binding for the builder, the content, each property and the send. ``_output_
 these producers itself, where the binding's would deadlock (see ``batch_flusher``): on a
 light stream that is one thread less to wake for every message.
 
+``send_recorded`` sends the same way, and records the outcome in a ``Ledger`` on the client's
+I/O thread, without the GIL: a chunk's callback in Python had that thread take the GIL and
+create and destroy a thread state (a 16 KiB frame stack mapped and unmapped) for every chunk,
+every message on a light stream. The instance's thread takes the outcomes.
+
 It reaches the producer's C++ object through pybind11's conduit (``_pybind11_conduit_v1_``,
 the interface pybind11 offers other bindings) from the ``_producer`` the Python producer
 wraps, and the library's C API through the loaded binding. Its callbacks get no message id,
@@ -24,20 +29,21 @@ from typing import Any
 
 from magnetar.instance.schemas import PASSED_THROUGH
 
-__all__ = ["native_sender"]
+__all__ = ["native_ledger", "native_sender"]
 
 log = logging.getLogger(__name__)
 
 Sender: type[_output_sends.Sender] | None
+Ledger: type[_output_sends.Ledger] | None
 try:
     from magnetar.instance import _output_sends
 
-    Sender = _output_sends.Sender
+    Sender, Ledger = _output_sends.Sender, _output_sends.Ledger
 except ModuleNotFoundError:  # not built: no C compiler where make ran
-    Sender = None
+    Sender = Ledger = None
 except ImportError as error:  # a client library without the C API it calls
     log.warning("instances send through pulsar-client's Python producer: %s", error)
-    Sender = None
+    Sender = Ledger = None
 
 
 @functools.cache
@@ -58,3 +64,8 @@ def native_sender(producer: Any) -> _output_sends.Sender | None:
     except Exception as error:  # e.g. a client whose binding has no conduit
         _declined(str(error))
         return None
+
+
+def native_ledger() -> _output_sends.Ledger | None:
+    """A ``Ledger`` for ``Sender.send_recorded``'s outcomes; None where not built."""
+    return None if Ledger is None else Ledger()

@@ -11,12 +11,21 @@
  * A callback gets (result, None): no message id. Content other than bytes, an argument of
  * another type, a property with a NUL in it, or any other keyword is not sent: send_async
  * returns NotImplemented, and the caller sends it through the Python producer, which checks
- * it as it always did. See magnetar/instance/native_sends.py. */
+ * it as it always did. See magnetar/instance/native_sends.py.
+ *
+ * send_recorded sends the same way, but its outcome is not a Python callback: the client's
+ * I/O thread records (token, result) in a Ledger, without the GIL, and the instance's thread
+ * takes what was recorded. A callback in Python made the I/O thread take the GIL and create
+ * and destroy a Python thread state, with a 16 KiB frame stack mapped and unmapped, for every
+ * chunk. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct c_message c_message;
 typedef struct c_producer c_producer;
@@ -56,6 +65,147 @@ static void on_sent(int result, c_message_id *id, void *callback) {
     Py_DECREF((PyObject *)callback);
     PyGILState_Release(gil);
 }
+
+/* --- Ledger: outcomes recorded on the I/O thread, taken on the instance's --------------- */
+
+typedef struct Ledger Ledger;
+
+typedef struct Outcome {
+    struct Outcome *next;
+    Ledger *ledger; /* a reference, held until the outcome is taken */
+    PyObject *token;
+    int result;
+} Outcome;
+
+struct Ledger {
+    PyObject_HEAD
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* on CLOCK_MONOTONIC */
+    Outcome *first, *last;
+    int notified;
+};
+
+static PyTypeObject LedgerType;
+
+static PyObject *Ledger_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) || (kwargs && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "Ledger() takes no arguments");
+        return NULL;
+    }
+    Ledger *self = (Ledger *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_mutex_init(&self->lock, NULL);
+    pthread_cond_init(&self->changed, &monotonic);
+    pthread_condattr_destroy(&monotonic);
+    return (PyObject *)self;
+}
+
+/* Only once nothing is in flight: every outcome holds a reference to its ledger. */
+static void Ledger_dealloc(Ledger *self) {
+    pthread_cond_destroy(&self->changed);
+    pthread_mutex_destroy(&self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* On the client's I/O thread, without the GIL. */
+static void on_recorded(int result, c_message_id *id, void *context) {
+    if (id) message_id_free(id);
+    Outcome *outcome = context;
+    Ledger *ledger = outcome->ledger;
+    outcome->result = result;
+    pthread_mutex_lock(&ledger->lock);
+    if (ledger->last)
+        ledger->last->next = outcome;
+    else
+        ledger->first = outcome;
+    ledger->last = outcome;
+    pthread_cond_signal(&ledger->changed);
+    pthread_mutex_unlock(&ledger->lock);
+}
+
+/* take(): [(token, pulsar.Result)] recorded so far, in the order they came. */
+static PyObject *Ledger_take(Ledger *self, PyObject *unused) {
+    (void)unused;
+    pthread_mutex_lock(&self->lock);
+    Outcome *outcome = self->first;
+    self->first = self->last = NULL;
+    pthread_mutex_unlock(&self->lock);
+    PyObject *taken = PyList_New(0);
+    while (outcome) {
+        Outcome *next = outcome->next;
+        PyObject *result = taken ? PyObject_CallFunction(result_type, "i", outcome->result) : NULL;
+        PyObject *pair = result ? PyTuple_Pack(2, outcome->token, result) : NULL;
+        if (!pair || PyList_Append(taken, pair) < 0) Py_CLEAR(taken);
+        Py_XDECREF(pair);
+        Py_XDECREF(result);
+        Py_DECREF(outcome->token);
+        Py_DECREF(outcome->ledger);
+        PyMem_RawFree(outcome);
+        outcome = next;
+    }
+    return taken;
+}
+
+/* wait(timeout_s): until an outcome is recorded or notify() is called (since the last wait
+ * returned), or timeout_s passes; True if one of the first two. */
+static PyObject *Ledger_wait(Ledger *self, PyObject *arg) {
+    double timeout_s = PyFloat_AsDouble(arg);
+    if (timeout_s == -1.0 && PyErr_Occurred()) return NULL;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double whole = timeout_s > 0 ? (timeout_s < 1e6 ? timeout_s : 1e6) : 0;
+    until.tv_sec += (time_t)whole;
+    until.tv_nsec += (long)((whole - (double)(time_t)whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec += 1;
+        until.tv_nsec -= 1000000000L;
+    }
+    int woken;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->lock);
+    int status = 0;
+    while (!self->first && !self->notified && status != ETIMEDOUT)
+        status = pthread_cond_timedwait(&self->changed, &self->lock, &until);
+    woken = self->first || self->notified;
+    self->notified = 0;
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(woken);
+}
+
+/* notify(): wake a wait() (an outcome that came through a Python callback instead). */
+static PyObject *Ledger_notify(Ledger *self, PyObject *unused) {
+    (void)unused;
+    pthread_mutex_lock(&self->lock);
+    self->notified = 1;
+    pthread_cond_signal(&self->changed);
+    pthread_mutex_unlock(&self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Ledger_methods[] = {
+    {"take", (PyCFunction)Ledger_take, METH_NOARGS,
+     "The (token, result) pairs recorded so far, in order; they are taken."},
+    {"wait", (PyCFunction)Ledger_wait, METH_O,
+     "wait(timeout_s): until an outcome is recorded or notify() is called; True if so."},
+    {"notify", (PyCFunction)Ledger_notify, METH_NOARGS, "Wake a wait()."},
+    {NULL},
+};
+
+static PyTypeObject LedgerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "magnetar.instance._output_sends.Ledger",
+    .tp_basicsize = sizeof(Ledger),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The outcomes of send_recorded, recorded without the GIL.",
+    .tp_new = Ledger_new,
+    .tp_dealloc = (destructor)Ledger_dealloc,
+    .tp_methods = Ledger_methods,
+};
+
+/* --- Sender ------------------------------------------------------------------------------ */
 
 typedef struct {
     PyObject_HEAD
@@ -178,6 +328,38 @@ static PyObject *Sender_send_async(Sender *self, PyObject *const *args, size_t n
     Py_RETURN_NOTIMPLEMENTED;
 }
 
+/* send_recorded(content, ledger, token, **message fields): as send_async, the outcome
+ * recorded in ledger as (token, result). */
+static PyObject *Sender_send_recorded(Sender *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *names) {
+    if (PyVectorcall_NARGS(nargsf) != 3 || !PyObject_TypeCheck(args[1], &LedgerType)) {
+        PyErr_SetString(PyExc_TypeError, "send_recorded(content, ledger, token, **fields)");
+        return NULL;
+    }
+    PyObject *content = args[0], *token = args[2];
+    Ledger *ledger = (Ledger *)args[1];
+    c_message *message = PyBytes_CheckExact(content) ? message_create() : NULL;
+    if (message && fill(message, args + 3, names)) {
+        Outcome *outcome = PyMem_RawCalloc(1, sizeof(Outcome));
+        if (!outcome) {
+            message_free(message);
+            return PyErr_NoMemory();
+        }
+        message_set_content(message, PyBytes_AS_STRING(content), PyBytes_GET_SIZE(content));
+        Py_INCREF(ledger);
+        Py_INCREF(token);
+        outcome->ledger = ledger;
+        outcome->token = token;
+        Py_BEGIN_ALLOW_THREADS /* blocks while the producer's queue is full */
+        producer_send_async(self->native, message, on_recorded, outcome);
+        Py_END_ALLOW_THREADS
+        message_free(message);
+        Py_RETURN_NONE;
+    }
+    if (message) message_free(message);
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
 /* flush_async(): the open batch goes out now. With the GIL released, unlike the binding's
  * flush_async, which holds it while it waits for the producer's lock: the I/O thread can hold
  * that lock while it waits for the GIL to run a send callback. Its outcome comes with the
@@ -193,6 +375,9 @@ static PyObject *Sender_flush_async(Sender *self, PyObject *unused) {
 static PyMethodDef Sender_methods[] = {
     {"send_async", (PyCFunction)(void (*)(void))Sender_send_async,
      METH_FASTCALL | METH_KEYWORDS, "Send as pulsar.Producer.send_async does, or return NotImplemented."},
+    {"send_recorded", (PyCFunction)(void (*)(void))Sender_send_recorded,
+     METH_FASTCALL | METH_KEYWORDS,
+     "As send_async, its outcome recorded in a Ledger as (token, result)."},
     {"flush_async", (PyCFunction)Sender_flush_async, METH_NOARGS,
      "Send the open batch now; returns at once."},
     {NULL},
@@ -257,9 +442,11 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__output_sends(void) {
-    if (PyType_Ready(&SenderType) < 0 || bind_client() < 0) return NULL;
+    if (PyType_Ready(&SenderType) < 0 || PyType_Ready(&LedgerType) < 0 || bind_client() < 0)
+        return NULL;
     PyObject *created = PyModule_Create(&module);
-    if (created && PyModule_AddObjectRef(created, "Sender", (PyObject *)&SenderType) < 0)
+    if (created && (PyModule_AddObjectRef(created, "Sender", (PyObject *)&SenderType) < 0 ||
+                    PyModule_AddObjectRef(created, "Ledger", (PyObject *)&LedgerType) < 0))
         Py_CLEAR(created);
     return created;
 }

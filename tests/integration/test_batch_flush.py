@@ -34,10 +34,9 @@ _SENDER = textwrap.dedent(
         chunks += 1
     producer.flush()
     sender.close()
-    while len(sender.completions) < chunks:
-        sender.completed.wait(1)
-        sender.completed.clear()
-    print(chunks, len(sender.completions))
+    while len(sender.collect()) < chunks:
+        sender.wait_completed(1)
+    print(chunks, len(sender.collect()))
     client.close()
     """
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -113,6 +114,48 @@ def test_a_send_on_a_closed_producer_reports_its_failure(
     assert results == [pulsar.Result.AlreadyClosed]
 
 
+def test_a_recorded_send_is_in_the_ledger_with_its_token_once_persisted(
+    client: pulsar.Client, topic: str, sender_class: Any
+) -> None:
+    producer = client.create_producer(topic, batching_enabled=True)
+    sender, ledger = sender_class(producer), native_sends.Ledger()
+    assert ledger is not None
+    for n in range(3):
+        assert sender.send_recorded(f"m{n}".encode(), ledger, ("token", n), **_FIELDS) is None
+    sender.flush_async()
+    recorded: list[Any] = []
+    while len(recorded) < 3 and ledger.wait(10):
+        recorded += ledger.take()
+    assert recorded == [(("token", n), pulsar.Result.Ok) for n in range(3)]
+    assert [m.data() for m in collect(client, topic, 3)] == [b"m0", b"m1", b"m2"]
+    producer.close()
+    sender.send_recorded(b"late", ledger, "after close")
+    assert ledger.wait(10)
+    assert ledger.take() == [("after close", pulsar.Result.AlreadyClosed)]
+    assert ledger.wait(0.01) is False  # nothing more, and no wake-up left behind
+
+
+def test_a_recorded_send_the_native_path_does_not_take_records_nothing(
+    client: pulsar.Client, topic: str, sender_class: Any
+) -> None:
+    producer = client.create_producer(topic)
+    sender, ledger = sender_class(producer), native_sends.Ledger()
+    assert sender.send_recorded("text", ledger, "token") is NotImplemented
+    with pytest.raises(TypeError, match="send_recorded"):
+        sender.send_recorded(b"x", "not a ledger", "token")
+    assert not ledger.wait(0.2)
+    assert ledger.take() == []
+    producer.close()
+
+
+def test_a_ledger_wait_ends_when_notified(sender_class: Any) -> None:
+    ledger = native_sends.Ledger()
+    assert ledger is not None
+    threading.Timer(0.1, ledger.notify).start()
+    assert ledger.wait(10) is True
+    assert ledger.take() == []
+
+
 @pytest.mark.parametrize(
     ("content", "fields"),
     [
@@ -154,6 +197,7 @@ def test_the_chunk_sender_hands_what_is_not_native_to_pulsar_client(
 ) -> None:
     if not built:
         monkeypatch.setattr(native_sends, "Sender", None)
+        monkeypatch.setattr(native_sends, "Ledger", None)
     producer = client.create_producer(topic, batching_enabled=True)
     sender = ChunkSender(large_message_bytes=1 << 20)
     chunk = Chunk()
@@ -162,10 +206,10 @@ def test_the_chunk_sender_hands_what_is_not_native_to_pulsar_client(
     sender.send(chunk, producer, b"c", {"disable_replication": True})
     sender.seal(chunk)
     sender.flush()
-    while not sender.completions:
-        assert sender.completed.wait(10)
-        sender.completed.clear()
-    assert list(sender.completions) == [(chunk, pulsar.Result.Ok, None)]
+    deadline = time.monotonic() + 10
+    while not sender.collect() and time.monotonic() < deadline:
+        sender.wait_completed(1)
+    assert list(sender.collect()) == [(chunk, pulsar.Result.Ok, None)]
     sender.close()
 
     received = collect(client, topic, 3)
@@ -194,3 +238,28 @@ def test_a_binding_that_hands_out_no_producer_is_sent_through_pulsar_client(
     native_sends._declined.cache_clear()  # warned once a reason
     assert native_sender(OlderClientProducer()) is None
     assert "instances send through pulsar-client's Python producer" in caplog.text
+
+
+def test_the_chunk_sender_settles_native_chunks_through_the_ledger(
+    client: pulsar.Client, topic: str, sender_class: Any
+) -> None:
+    producer = client.create_producer(topic, batching_enabled=True)
+    sender = ChunkSender(large_message_bytes=1 << 20)
+    sent, failed = Chunk(), Chunk()
+    for value in (b"a", b"b", b"c"):
+        sender.send(sent, producer, value, {})
+    sender.seal(sent)
+    sender.flush()
+    deadline = time.monotonic() + 10
+    while not sender.collect() and time.monotonic() < deadline:
+        sender.wait_completed(1)
+    assert list(sender.collect()) == [(sent, pulsar.Result.Ok, None)]
+    assert [m.data() for m in collect(client, topic, 3)] == [b"a", b"b", b"c"]
+    sender.collect().clear()
+    producer.close()
+    sender.send(failed, producer, b"late", {})
+    sender.seal(failed)
+    while not sender.collect() and time.monotonic() < deadline:
+        sender.wait_completed(1)
+    assert list(sender.collect()) == [(failed, pulsar.Result.AlreadyClosed, None)]
+    sender.close()
