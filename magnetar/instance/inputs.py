@@ -58,9 +58,12 @@ class Inputs:
         """A failed send on an ordered subscription: resubscribe before going on."""
         self._skip_before_ms = 0
         """``skipToLatest``: messages published before the instance started are skipped."""
+        # what may be held at once: the unacknowledged, and the most a consumer prefetches
+        prefetched = [spec.receiver_queue_size for spec in config.input_specs.values()]
+        held = options.max_unacked + max([options.receiver_queue_size, *filter(None, prefetched)])
         self._repeats = (
             RepeatFilter(
-                options.max_unacked + options.receiver_queue_size,
+                held,
                 topics=len(config.input_serdes()) + len(config.input_patterns()) > 1,
             )
             if config.subscription_type is SubscriptionType.FAILOVER
