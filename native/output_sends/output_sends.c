@@ -304,27 +304,35 @@ static int fill(c_message *message, PyObject *const *values, PyObject *names) {
     return 1;
 }
 
+/* Builds the message from content and the keywords and sends it, the outcome to
+ * callback(context); 0, nothing sent, when the content or a keyword is not for this path. */
+static int send_built(Sender *self, PyObject *content, PyObject *const *values, PyObject *names,
+                      c_send_callback callback, void *context) {
+    c_message *message = PyBytes_CheckExact(content) ? message_create() : NULL;
+    if (!message) return 0;
+    if (!fill(message, values, names)) {
+        message_free(message);
+        return 0;
+    }
+    message_set_content(message, PyBytes_AS_STRING(content), PyBytes_GET_SIZE(content));
+    Py_BEGIN_ALLOW_THREADS /* blocks while the producer's queue is full */
+    producer_send_async(self->native, message, callback, context);
+    Py_END_ALLOW_THREADS
+    message_free(message);
+    return 1;
+}
+
 /* send_async(content, callback, **message fields) */
 static PyObject *Sender_send_async(Sender *self, PyObject *const *args, size_t nargsf,
                                    PyObject *names) {
-    Py_ssize_t positional = PyVectorcall_NARGS(nargsf);
-    if (positional != 2) {
+    if (PyVectorcall_NARGS(nargsf) != 2) {
         PyErr_SetString(PyExc_TypeError, "send_async(content, callback, **fields)");
         return NULL;
     }
-    PyObject *content = args[0], *callback = args[1];
-    c_message *message = PyBytes_CheckExact(content) ? message_create() : NULL;
-    if (message && fill(message, args + 2, names)) {
-        message_set_content(message, PyBytes_AS_STRING(content), PyBytes_GET_SIZE(content));
-        void *context = callback == Py_None ? NULL : callback;
-        Py_XINCREF((PyObject *)context);
-        Py_BEGIN_ALLOW_THREADS /* blocks while the producer's queue is full */
-        producer_send_async(self->native, message, on_sent, context);
-        Py_END_ALLOW_THREADS
-        message_free(message);
-        Py_RETURN_NONE;
-    }
-    if (message) message_free(message);
+    PyObject *callback = args[1] == Py_None ? NULL : args[1];
+    Py_XINCREF(callback);
+    if (send_built(self, args[0], args + 2, names, on_sent, callback)) Py_RETURN_NONE;
+    Py_XDECREF(callback);
     Py_RETURN_NOTIMPLEMENTED;
 }
 
@@ -336,27 +344,14 @@ static PyObject *Sender_send_recorded(Sender *self, PyObject *const *args, size_
         PyErr_SetString(PyExc_TypeError, "send_recorded(content, ledger, token, **fields)");
         return NULL;
     }
-    PyObject *content = args[0], *token = args[2];
-    Ledger *ledger = (Ledger *)args[1];
-    c_message *message = PyBytes_CheckExact(content) ? message_create() : NULL;
-    if (message && fill(message, args + 3, names)) {
-        Outcome *outcome = PyMem_RawCalloc(1, sizeof(Outcome));
-        if (!outcome) {
-            message_free(message);
-            return PyErr_NoMemory();
-        }
-        message_set_content(message, PyBytes_AS_STRING(content), PyBytes_GET_SIZE(content));
-        Py_INCREF(ledger);
-        Py_INCREF(token);
-        outcome->ledger = ledger;
-        outcome->token = token;
-        Py_BEGIN_ALLOW_THREADS /* blocks while the producer's queue is full */
-        producer_send_async(self->native, message, on_recorded, outcome);
-        Py_END_ALLOW_THREADS
-        message_free(message);
-        Py_RETURN_NONE;
-    }
-    if (message) message_free(message);
+    Outcome *outcome = PyMem_RawCalloc(1, sizeof(Outcome));
+    if (!outcome) return PyErr_NoMemory();
+    outcome->ledger = (Ledger *)Py_NewRef(args[1]);
+    outcome->token = Py_NewRef(args[2]);
+    if (send_built(self, args[0], args + 3, names, on_recorded, outcome)) Py_RETURN_NONE;
+    Py_DECREF(outcome->token);
+    Py_DECREF(outcome->ledger);
+    PyMem_RawFree(outcome);
     Py_RETURN_NOTIMPLEMENTED;
 }
 
