@@ -16,8 +16,8 @@ Instances sharing a subscription on pulsar-lite prefetch few messages. The broke
 Shared subscription's messages out one by one in turn, so what one consumer holds leaves gaps
 between the messages the others acknowledge, and pulsar-lite reads and rewrites the whole list
 of gaps on every acknowledgement and dispatch. With 1,000 prefetched per consumer, three
-instances drained a backlog at 4,000 msg/s where one alone did 28,800, and the broker spent a
-core; with 30, they did 9,500 (``bench/shared_prefetch.py``).
+instances drained a backlog at 3,400 msg/s where one alone did 28,900, the broker spending
+292 us a message; with 30, they did 9,200 (``bench/shared_prefetch.py``, medians).
 """
 
 from __future__ import annotations
