@@ -169,8 +169,9 @@ def run_instance_process(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # what waited is handled now
 
     from magnetar.client import create_client, may_deduplicate, shared_acks_cost_gaps
-    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, SubscriptionType
+    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
+    from magnetar.instance.subscription import instances_share
 
     log_format = f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s"
     if spec.log_path is not None:
@@ -210,9 +211,7 @@ def run_instance_process(
                 else True
             ),
             shared_acks_cost_gaps=(
-                config.parallelism > 1
-                and config.subscription_type is not SubscriptionType.FAILOVER
-                and shared_acks_cost_gaps(spec.broker_url)
+                instances_share(config) and shared_acks_cost_gaps(spec.broker_url)
             ),
         )
         if spec.state is not None:

@@ -33,7 +33,7 @@ from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.options import InstanceOptions
 from magnetar.topics import full_topic_name
 
-__all__ = ["consumer_name", "open_consumers", "receiver_queue_size"]
+__all__ = ["consumer_name", "instances_share", "open_consumers", "receiver_queue_size"]
 
 SHARED_ON_GAPPED_CURSOR = 30
 """Messages each instance prefetches when it shares a subscription whose acknowledgements cost
@@ -120,13 +120,15 @@ def receiver_queue_size(config: FunctionConfig, options: InstanceOptions, topics
     ]
     if sizes:
         return min(sizes)
-    if (
-        options.shared_acks_cost_gaps
-        and config.parallelism > 1
-        and config.subscription_type is not SubscriptionType.FAILOVER
-    ):
+    if options.shared_acks_cost_gaps and instances_share(config):
         return min(SHARED_ON_GAPPED_CURSOR, options.receiver_queue_size)
     return options.receiver_queue_size
+
+
+def instances_share(config: FunctionConfig) -> bool:
+    """Whether the function's instances consume one subscription side by side (several
+    instances, not an ordered subscription, where one consumer is active)."""
+    return config.parallelism > 1 and config.subscription_type is not SubscriptionType.FAILOVER
 
 
 def _subscribe(
