@@ -25,10 +25,11 @@ function remind(context) {
 }
 
 function tick(context) {
+  const firedAt = Date.now();  // the next tick is due an interval after this one fired
   const left = context.left - 1;
   if (left > 0) {  // recurring: the callback arms the same reference again
     const again = Object.assign({}, context, { left: left });
-    createTimer(tick, new Date(Date.now() + context.seconds * 1000), context.reference, again);
+    createTimer(tick, new Date(firedAt + context.seconds * 1000), context.reference, again);
   }
-  return JSON.stringify({ fired: context.reference, left: left, at: Date.now() / 1000 });
+  return JSON.stringify({ fired: context.reference, left: left, at: firedAt / 1000 });
 }

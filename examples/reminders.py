@@ -41,10 +41,11 @@ class Reminders(Function):
         )
 
     def tick(self, payload, context):
+        fired_at = time.time()  # the next tick is due an interval after this one fired
         left = payload["left"] - 1
         if left > 0:  # recurring: the callback arms the same reference again
             again = {**payload, "left": left}
             context.create_timer(
-                self.tick, time.time() + payload["seconds"], payload["reference"], again
+                self.tick, fired_at + payload["seconds"], payload["reference"], again
             )
-        return json.dumps({"fired": payload["reference"], "left": left, "at": time.time()})
+        return json.dumps({"fired": payload["reference"], "left": left, "at": fired_at})
