@@ -7,7 +7,8 @@ request or package stops the cluster.
   (FunctionConfigUtils.doCommonChecks, ResourceConfigUtils.validate); ``parallelism`` at most
   ``max_parallelism``; Java's int and long ranges where Pulsar's fields are ints and longs.
 * Capacity: the functions' parallelism together stays within ``max_instances_per_worker``
-  times the live workers.
+  times the live workers, and each tenant's within ``max_instances_per_tenant``, so one tenant
+  cannot take the capacity the others register into.
 * URL bindings: each binding's host within ``url_binding_hosts`` (``magnetar.instance.
   url_hosts``; the instance checks again what each name resolves to, at every request).
 * Packages: a ``.zip`` or ``.whl`` is checked by its directory against the archive limits
@@ -63,6 +64,7 @@ class AdmissionLimits:
 
     max_parallelism: int = 100
     max_instances_per_worker: int = 100
+    max_instances_per_tenant: int = 100
     max_name_length: int = 64
     archive: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS
     url_hosts: UrlHostRule = PUBLIC_HOSTS
@@ -73,6 +75,7 @@ class AdmissionLimits:
         return cls(
             max_parallelism=config.max_parallelism,
             max_instances_per_worker=config.max_instances_per_worker,
+            max_instances_per_tenant=config.max_instances_per_tenant,
             max_name_length=config.max_name_length,
             archive=ArchiveLimits(
                 max_unpacked_bytes=config.max_package_unpacked_bytes,
@@ -146,16 +149,31 @@ class Admission:
         functions: Mapping[str, FunctionRecord],
         workers: int,
     ) -> None:
-        """Refuse to take the cluster past ``max_instances_per_worker`` x ``workers``
-        instances; a change that does not add instances to ``current`` always passes."""
+        """Refuse to take the function's tenant past ``max_instances_per_tenant`` instances,
+        or the cluster past ``max_instances_per_worker`` x ``workers``; a change that does not
+        add instances to ``current`` always passes."""
         if current is not None and parallelism <= self._scheduled(current):
             return
+        name = fqfn.rsplit("/", 1)[-1]
+        tenant = fqfn.split("/", 1)[0]
+        in_tenant = sum(
+            self._scheduled(r)
+            for f, r in functions.items()
+            if f != fqfn and f.split("/", 1)[0] == tenant
+        )
+        tenant_limit = self.limits.max_instances_per_tenant
+        if in_tenant + parallelism > tenant_limit:
+            raise AdmissionError(
+                f"Function {name} would take tenant {tenant} to {in_tenant + parallelism} "
+                f"instances, more than the limit of {tenant_limit} per tenant "
+                "(max_instances_per_tenant)"
+            )
         others = sum(self._scheduled(r) for f, r in functions.items() if f != fqfn)
         workers = max(workers, 1)
         limit = self.limits.max_instances_per_worker * workers
         if others + parallelism > limit:
             raise AdmissionError(
-                f"Function {fqfn.rsplit('/', 1)[-1]} would take the cluster to "
+                f"Function {name} would take the cluster to "
                 f"{others + parallelism} instances, more than the limit of {limit}: "
                 f"{self.limits.max_instances_per_worker} per worker (max_instances_per_worker) "
                 f"x {workers} live worker{'s' if workers != 1 else ''}"

@@ -133,6 +133,10 @@ class WorkerConfig(BaseModel):
     max_instances_per_worker: int = Field(default=100, ge=1)
     """Instances the cluster may hold per live worker: a register or update that would take
     the functions' parallelism together past this times the live workers is refused."""
+    max_instances_per_tenant: int = Field(default=100, ge=1)
+    """Instances the functions of one tenant may hold together: a register or update that
+    would take its functions' parallelism past this is refused, so that no tenant fills the
+    cluster the others share."""
     url_binding_hosts: tuple[str, ...] = ("public",)
     """Where JavaScript functions' URL bindings (``curl()``) may point, which their authors
     declare: ``public`` (any host whose address is public), host names (``api.example.com``),

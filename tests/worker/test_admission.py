@@ -150,6 +150,28 @@ def test_the_cluster_holds_instances_per_live_worker() -> None:
     )
 
 
+def test_one_tenant_cannot_take_the_capacity_the_others_register_into() -> None:
+    admission = Admission(AdmissionLimits(max_instances_per_worker=3, max_instances_per_tenant=5))
+    functions = {r.fqfn: r for r in (record("a", parallelism=3), record("b", parallelism=2))}
+
+    # the cluster (4 workers: 12) has room, the tenant (5) has none
+    assert refusal(admission.check_capacity, "acme/ns/c", 1, None, functions, 4) == (
+        "Function c would take tenant acme to 6 instances, more than the limit of 5 per tenant "
+        "(max_instances_per_tenant)"
+    )
+    assert "take tenant acme to 6 instances" in refusal(
+        admission.check_capacity, "acme/other/c", 1, None, functions, 4
+    )  # every namespace of the tenant counts
+    admission.check_capacity("rival/ns/c", 4, None, functions, 4)  # another tenant's room
+    # growing within the tenant's room passes; shrinking always does
+    admission.check_capacity("acme/ns/b", 2, functions["acme/ns/b"], functions, 4)
+    assert "take tenant acme to 7 instances" in refusal(
+        admission.check_capacity, "acme/ns/b", 4, functions["acme/ns/b"], functions, 4
+    )
+    over = {**functions, "acme/ns/x": record("x", parallelism=4)}  # from before a lower limit
+    admission.check_capacity("acme/ns/a", 1, functions["acme/ns/a"], over, 4)
+
+
 def test_records_admission_refuses_hold_no_instances() -> None:
     admission = Admission(LIMITS)
     bad = FunctionRecord("acme/ns/badcfg", {"parallelism": "zzz", "inputs": 5}, PACKAGE, version=3)

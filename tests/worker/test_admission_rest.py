@@ -31,14 +31,15 @@ MIB = 1 << 20
 def cluster(
     broker_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InProcessCluster]:
-    """Two workers that hold 2 instances each, 3 per function, names up to 20 characters and
-    packages unpacking to 1 MiB."""
+    """Two workers that hold 2 instances each, 3 per function and per tenant, names up to 20
+    characters and packages unpacking to 1 MiB."""
     made = InProcessCluster(
         broker_url,
         tmp_path_factory.mktemp("admission"),
         request_timeout_s=4,
         max_parallelism=3,
         max_instances_per_worker=2,
+        max_instances_per_tenant=3,
         max_name_length=20,
         max_package_unpacked_bytes=MIB,
         max_package_compression_ratio=1e9,
@@ -57,6 +58,7 @@ def register(
     cluster: InProcessCluster,
     name: str,
     code: tuple[str, bytes] | None = None,
+    functions: str = FUNCTIONS,
     **config: Any,
 ) -> httpx.Response:
     body = {"className": CLASS, "inputs": [f"adm-{uuid.uuid4().hex[:6]}"], **config}
@@ -64,7 +66,7 @@ def register(
     return call(
         cluster,
         "POST",
-        f"{FUNCTIONS}/{name}",
+        f"{functions}/{name}",
         data={"functionConfig": json.dumps(body)},
         files=files,
     )
@@ -120,24 +122,52 @@ def test_a_number_of_too_many_digits_is_a_400(cluster: InProcessCluster) -> None
     assert refused(answer).startswith("functionConfig is not valid JSON: Exceeds the limit")
 
 
-def test_the_cluster_holds_instances_per_live_worker(cluster: InProcessCluster) -> None:
+RIVAL = "/admin/v3/functions/rival/ns"
+
+
+@pytest.fixture(scope="module")
+def rival(cluster: InProcessCluster) -> str:
+    """A second tenant with a namespace, ``rival/ns``: its functions' path."""
+    tenant = {"adminRoles": [], "allowedClusters": ["standalone"]}
+    assert call(cluster, "PUT", "/admin/v2/tenants/rival", json=tenant).status_code == 204
+    assert call(cluster, "PUT", "/admin/v2/namespaces/rival/ns").status_code == 204
+    return RIVAL
+
+
+def test_the_cluster_holds_instances_per_live_worker(cluster: InProcessCluster, rival: str) -> None:
     assert register(cluster, "cap1", parallelism=3).status_code == 204
     try:
-        assert refused(register(cluster, "cap2", parallelism=2)) == (
+        assert refused(register(cluster, "cap2", functions=rival, parallelism=2)) == (
             "Function cap2 would take the cluster to 5 instances, more than the limit of 4: "
             "2 per worker (max_instances_per_worker) x 2 live workers"
         )
         grow = {"data": {"functionConfig": json.dumps({"parallelism": 3})}}
-        assert register(cluster, "cap2", parallelism=1).status_code == 204
-        assert "more than the limit of 4" in refused(
-            call(cluster, "PUT", f"{FUNCTIONS}/cap2", **grow)
-        )
+        assert register(cluster, "cap2", functions=rival, parallelism=1).status_code == 204
+        assert "more than the limit of 4" in refused(call(cluster, "PUT", f"{rival}/cap2", **grow))
         shrink = {"data": {"functionConfig": json.dumps({"parallelism": 2})}}
         assert call(cluster, "PUT", f"{FUNCTIONS}/cap1", **shrink).status_code == 204
-        assert call(cluster, "PUT", f"{FUNCTIONS}/cap2", **grow).status_code != 204  # 2 + 3 > 4
+        assert call(cluster, "PUT", f"{rival}/cap2", **grow).status_code != 204  # 2 + 3 > 4
     finally:
-        for name in ("cap1", "cap2"):
-            call(cluster, "DELETE", f"{FUNCTIONS}/{name}")
+        call(cluster, "DELETE", f"{FUNCTIONS}/cap1")
+        call(cluster, "DELETE", f"{rival}/cap2")
+
+
+def test_a_tenant_at_its_limit_leaves_the_others_room(
+    cluster: InProcessCluster, rival: str
+) -> None:
+    assert register(cluster, "mine1", parallelism=2).status_code == 204
+    try:
+        assert refused(register(cluster, "mine2", parallelism=2)) == (
+            "Function mine2 would take tenant public to 4 instances, more than the limit of 3 "
+            "per tenant (max_instances_per_tenant)"
+        )
+        assert call(cluster, "GET", f"{FUNCTIONS}/mine2").status_code == 404
+        # the cluster still has room (2 of 4), and the other tenant gets it
+        assert register(cluster, "theirs", functions=rival, parallelism=1).status_code == 204
+        assert register(cluster, "mine2", parallelism=1).status_code == 204  # public: 3 of 3
+    finally:
+        for path in (f"{FUNCTIONS}/mine1", f"{FUNCTIONS}/mine2", f"{rival}/theirs"):
+            call(cluster, "DELETE", path)
 
 
 @pytest.mark.parametrize(

@@ -46,9 +46,11 @@ def test_bad_values_name_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_admission_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MAGNETAR_MAX_PARALLELISM", "8")
     monkeypatch.setenv("MAGNETAR_MAX_INSTANCES_PER_WORKER", "20")
+    monkeypatch.setenv("MAGNETAR_MAX_INSTANCES_PER_TENANT", "12")
     monkeypatch.setenv("MAGNETAR_MAX_PACKAGE_UNPACKED_BYTES", "1048576")
     limits = AdmissionLimits.of(load_worker_config())
     assert (limits.max_parallelism, limits.max_instances_per_worker) == (8, 20)
+    assert limits.max_instances_per_tenant == 12
     assert limits.archive.max_unpacked_bytes == 1 << 20
     assert limits.max_name_length == 64 and limits.archive.max_entries == 20_000
     monkeypatch.setenv("MAGNETAR_MAX_PARALLELISM", "0")
