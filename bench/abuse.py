@@ -26,6 +26,8 @@ abuse at a time (deleted, and the healthy backlog drained, before the next):
 * ``stuck``: a function that sleeps an hour in one message;
 * ``cpu-burn``: a function that spins for ever on its first message, parallelism 3 (a busy
   loop on each worker: 3 of them on the machine's cores).
+* ``cpu-burn-limited``: the same with ``resources.cpu`` 0.25, which workers running as root
+  hold each instance to (a cgroup quota, see docs/limits.md).
 
 Per phase: the healthy outputs per second and their ratio to the quiet phases' mean
 (target: >= 0.8), the p50/p99 publish-to-output latency, the seconds the backlog took to
@@ -545,6 +547,8 @@ class OneFunction(Abuse):
     """An abusive function of its own, sent ``inputs()`` every ``every_s`` (0: once)."""
 
     name = ""
+    module = ""
+    """The code's file, when not ``name``'s."""
     class_name = ""
     parallelism = 1
     every_s = 1.0
@@ -557,7 +561,7 @@ class OneFunction(Abuse):
         self.topic = f"abuse-{self.name}-in"
         self.standalone.register(
             self.name,
-            self.files[self.name],
+            self.files[self.module or self.name],
             className=self.class_name,
             inputs=[self.topic],
             output=f"abuse-{self.name}-out",
@@ -647,6 +651,13 @@ class CpuBurn(OneFunction):
         return [b"spin"] * 30  # Shared dispatch hands each instance some: each spins
 
 
+class CpuBurnLimited(CpuBurn):
+    """The same spinning instances, each held to a quarter of a core (``resources.cpu``)."""
+
+    name, module = "burn-limited", "burn"
+    extra: ClassVar[dict[str, Any]] = {"resources": {"cpu": 0.25}}
+
+
 ABUSES: dict[str, type[Abuse]] = {
     "quiet": Quiet,
     "admission": Admission,
@@ -657,6 +668,7 @@ ABUSES: dict[str, type[Abuse]] = {
     "log-flood": LogFlood,
     "stuck": Stuck,
     "cpu-burn": CpuBurn,
+    "cpu-burn-limited": CpuBurnLimited,
     "quiet-after": Quiet,
 }
 

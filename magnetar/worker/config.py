@@ -88,6 +88,10 @@ class WorkerConfig(BaseModel):
     """When the worker runs as root: run each instance process as an unprivileged user of its
     own (a uid of ``instance_uids``) in a directory of its own (see
     ``magnetar.worker.isolation``). Needs the process runtime. No effect otherwise."""
+    instance_cpu_limits: bool = True
+    """Hold each instance process to its function's ``resources.cpu`` cores (default 1) with
+    a cgroup CPU quota (see ``magnetar.worker.cpu_limits``); needs the process runtime and
+    root or a delegated cgroup, and without them the worker logs that CPU is not limited."""
     instance_uids: str = "400000-465535"
     """``FIRST-LAST``: the uids (gids alike) isolated instances run as, one per running
     instance on the host; none needs a passwd entry."""

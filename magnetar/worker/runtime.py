@@ -60,6 +60,8 @@ from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_ins
 from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
+from magnetar.worker.cpu_limits import CpuLimits
+from magnetar.worker.function_config import DEFAULT_RESOURCES
 from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.model import instance_key
 
@@ -353,7 +355,7 @@ class _ProcessHandle:
         self._kill_at = 0.0
         """When an instance asked to stop for its memory is killed if it has not stopped."""
         self._reports: _Pipe | None = reports
-        self._on_exit: Callable[[], None] | None = None
+        self._on_exit: list[Callable[[], None]] = []
         self._in_flight_path = in_flight_path
         self._last_in_flight: list[InFlight] = []
         self._in_flight_read = False
@@ -366,8 +368,9 @@ class _ProcessHandle:
         return self._process.pid
 
     def on_exit(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once, when the process is first seen dead."""
-        self._on_exit = callback
+        """Run ``callback`` once, when the process is first seen dead (callbacks run in the
+        order given)."""
+        self._on_exit.append(callback)
 
     def stop(self, drain: bool = True) -> None:
         # The instance process drains on SIGTERM; it has no "stop without draining", so
@@ -398,9 +401,10 @@ class _ProcessHandle:
         alive = self._process.is_alive()  # also reaps an exited process
         # read after the check: once it is seen dead, everything it reported has been read
         self._read_reports()
-        if not alive and self._on_exit is not None:
-            on_exit, self._on_exit = self._on_exit, None
-            on_exit()
+        if not alive and self._on_exit:
+            callbacks, self._on_exit = self._on_exit, []
+            for callback in callbacks:
+                callback()
         return alive
 
     def snapshot(self) -> MetricsSnapshot | None:
@@ -519,6 +523,7 @@ class ProcessRuntime:
         isolation: InstanceIsolation | None = None,
         preconnect: bool = True,
         url_hosts: UrlHostRule = PUBLIC_HOSTS,
+        cpu_limits: CpuLimits | None = None,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
         ``archive_limits``: how much a code package may unpack to; ``ram_bytes``: the memory
@@ -527,7 +532,8 @@ class ProcessRuntime:
         user of its own, in a directory of its own (the worker must be root); ``preconnect``:
         warm processes connect to the broker before they know their instance (only without
         credentials: with authentication on, an instance connects with its function's);
-        ``url_hosts``: where URL bindings may connect."""
+        ``url_hosts``: where URL bindings may connect; ``cpu_limits``: hold each instance
+        to its ``resources.cpu`` (None: no limit)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -541,6 +547,7 @@ class ProcessRuntime:
         self.isolation = isolation
         self.preconnect = preconnect
         self.url_hosts = url_hosts
+        self.cpu_limits = cpu_limits
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -621,42 +628,65 @@ class ProcessRuntime:
             **(self.logs.spec_fields(spec) if self.logs is not None else {}),
         )
         isolation = self.isolation
+        cores = float((spec.config.resources or {}).get("cpu") or DEFAULT_RESOURCES["cpu"])
         try:
-            handle = self._hand_over(process_spec, spec.key)
+            handle = self._hand_over(process_spec, spec.key, cores)
         except BaseException:
             if isolation is not None and user is not None:
                 isolation.release(user.uid)
             raise
         if isolation is not None and user is not None:
             handle.on_exit(functools.partial(isolation.release, user.uid))
+        if self.cpu_limits is not None and handle.pid is not None:
+            # after the release, which kills what the instance's user left running in it
+            handle.on_exit(functools.partial(self.cpu_limits.release, handle.pid))
         self._refill.set()
         return handle
 
-    def _hand_over(self, process_spec: InstanceProcessSpec, key: str) -> _ProcessHandle:
-        """Give the spec to a warm process, or else to a process started for it."""
+    def _hand_over(
+        self, process_spec: InstanceProcessSpec, key: str, cores: float
+    ) -> _ProcessHandle:
+        """Give the spec to a warm process, or else to a process started for it, held to
+        ``cores`` (with ``cpu_limits``) before it has the function."""
         while True:
             with self._lock:
                 entry = self._idle.popleft() if self._idle else None
             if entry is None:
                 entry = self._start_process()
-                try:
-                    entry.pipe.send(process_spec)
-                except OSError:  # just started and gone already: a crash of the instance
-                    entry.pipe.close()
-                    entry.process.kill()
-                    raise
+                if not self._give(entry, process_spec, cores):
+                    # just started and gone already: a crash of the instance
+                    raise InstanceError("the instance process exited as it started")
                 break
-            try:
-                entry.pipe.send(process_spec)
-                break
-            except OSError:  # it died while waiting: the next one
-                entry.pipe.close()
-                entry.process.join(1)
+            if self._give(entry, process_spec, cores):
+                break  # else it died while waiting: the next one
         entry.process.name = f"magnetar-instance {key}"
         assert process_spec.in_flight_path is not None
         return _ProcessHandle(
             entry.process, entry.pipe, process_spec.in_flight_path, process_spec.ram_bytes
         )
+
+    def _give(self, entry: _IdleProcess, process_spec: InstanceProcessSpec, cores: float) -> bool:
+        """Hold ``entry``'s process to ``cores`` (with ``cpu_limits``), then send it the spec;
+        False if it has exited. A process that cannot be limited is killed (OSError)."""
+        limits, pid = self.cpu_limits, entry.process.pid
+        try:
+            if limits is not None and pid is not None:
+                limits.limit(pid, cores)
+            entry.pipe.send(process_spec)
+            return True
+        except (ProcessLookupError, ConnectionError):  # it has exited
+            entry.pipe.close()
+            entry.process.join(1)
+            if limits is not None and pid is not None:
+                limits.release(pid)
+            return False
+        except OSError:  # not limited: it must not run
+            entry.pipe.close()
+            entry.process.kill()
+            entry.process.join(1)
+            if limits is not None and pid is not None:
+                limits.release(pid)
+            raise
 
     def _keep_warm(self) -> None:
         while True:
@@ -835,12 +865,13 @@ def make_runtime(
     isolation: InstanceIsolation | None = None,
     preconnect: bool = True,
     url_hosts: UrlHostRule = PUBLIC_HOSTS,
+    cpu_limits: CpuLimits | None = None,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``, ``archive_limits``, ``ram_bytes``,
-    ``logs``, ``isolation``, ``preconnect`` and ``url_hosts``: see ``ProcessRuntime`` (the
-    thread runtime cannot isolate: it refuses ``isolation``, and runs no JavaScript, so no URL
-    bindings)."""
+    ``logs``, ``isolation``, ``preconnect``, ``url_hosts`` and ``cpu_limits``: see
+    ``ProcessRuntime`` (the thread runtime cannot isolate: it refuses ``isolation``, limits
+    no CPU, and runs no JavaScript, so no URL bindings)."""
     if name == "process":
         return ProcessRuntime(
             broker_url,
@@ -854,6 +885,7 @@ def make_runtime(
             isolation,
             preconnect,
             url_hosts,
+            cpu_limits,
         )
     if isolation is not None:
         raise ValueError(

@@ -30,6 +30,7 @@ from magnetar.worker.broker_policies import (
 from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.cluster_key import ClusterKey, PeerSeal, RecordSeal
 from magnetar.worker.config import WorkerConfig
+from magnetar.worker.cpu_limits import open_cpu_limits
 from magnetar.worker.function_auth import FunctionAccess, TokenSeal
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.isolation import (
@@ -179,6 +180,11 @@ class WorkerService:
             isolation=self.isolation,
             # an instance connects with its function's credentials, not before it has them
             preconnect=not config.authentication_enabled,
+            cpu_limits=(
+                open_cpu_limits()
+                if config.instance_cpu_limits and config.runtime == "process"
+                else None
+            ),
         )
         if self._policies is not None:
             runtime = BrokerPreparedRuntime(runtime, self._policies, config.system_namespace)

@@ -186,9 +186,13 @@ def test_a_javascript_message_that_kills_its_process_is_found_in_its_chunk(
         timeout_ms=60_000,
         resources={"ram": 256 * 1024 * 1024},
     )
-    assert len(crashes) == 3, crashes
-    assert "while the function had 5 messages in user code" in crashes[0]  # one chunk
-    for death, crash in enumerate(crashes[1:], 1):
+    # The chunk the poison died in holds what the client had received by then: all five
+    # inputs as a rule, but pulsar-lite may dispatch the first ones alone, and a chunk of
+    # the poison alone blames it at once (its first death).
+    assert len(crashes) in (2, 3), crashes
+    if len(crashes) == 3:
+        assert re.search(r"while the function had [2-5] messages in user code", crashes[0])
+    for death, crash in enumerate(crashes[-2:], 1):
         assert crash.startswith("out of memory: over resources.ram"), crash
         assert crash.endswith(
             f" from persistent://public/default/{topic} (death {death} on that message)"
