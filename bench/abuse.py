@@ -192,7 +192,7 @@ def lying_zip(entries: dict[str, bytes], liar: str, declared: int) -> bytes:
 class Standalone:
     """``magnetar standalone --workers 3`` in a session of its own, and a REST client of it."""
 
-    def __init__(self, work: Path, log: Path) -> None:
+    def __init__(self, work: Path, log: Path, settings: dict[str, str]) -> None:
         broker_port, http_port = find_free_port(), find_free_port()
         while http_port + WORKERS > 65535 or broker_port in range(http_port, http_port + WORKERS):
             http_port = find_free_port()
@@ -209,7 +209,7 @@ class Standalone:
                 command,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**env, **SETTINGS},
+                env={**env, **settings},
                 start_new_session=True,
             )
         self.cluster = Cluster(self.broker_url, work, "public/functions", {})
@@ -727,11 +727,17 @@ def phase(
     }
 
 
+def worker_settings(args: argparse.Namespace) -> dict[str, str]:
+    """SETTINGS, with CPU limits off when ``--no-cpu-limits`` asks (to measure them)."""
+    off = {"MAGNETAR_INSTANCE_CPU_LIMITS": "false"} if args.no_cpu_limits else {}
+    return {**SETTINGS, **off}
+
+
 def one_run(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="magnetar-abuse-") as temp:
         work = Path(temp)
         files = packages(work)
-        standalone = Standalone(work, logs / "standalone.log")
+        standalone = Standalone(work, logs / "standalone.log", worker_settings(args))
         client: pulsar.Client | None = None
         try:
             ready_s = standalone.wait_ready()
@@ -882,6 +888,11 @@ def main() -> None:
         default=list(ABUSES),
         help=f"of {','.join(ABUSES)}",
     )
+    parser.add_argument(
+        "--no-cpu-limits",
+        action="store_true",
+        help="run the workers with instance_cpu_limits off (resources.cpu not enforced)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON instead of a table")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "abuse.json"))
     args = parser.parse_args()
@@ -898,7 +909,7 @@ def main() -> None:
     results = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "settings": {**vars(args), "workers": WORKERS, "worker_settings": SETTINGS},
+        "settings": {**vars(args), "workers": WORKERS, "worker_settings": worker_settings(args)},
         "broker": "embedded pulsar-lite (magnetar standalone)",
         "targets": {
             "throughput_ratio": f">= {THROUGHPUT_TARGET}",
