@@ -22,7 +22,7 @@ each subject's ratio of medians to the loop's, on each broker (``--broker lite|a
 
     python bench/latency.py [--rates 100,1000,10000] [--seconds 8] [--repeat 3]
                             [--subjects loop,localrun-python,...] [--broker lite]
-                            [--max-load 4]
+                            [--max-load 4] [--no-cpu-limits]
 """
 
 from __future__ import annotations
@@ -92,8 +92,11 @@ def child(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             process.wait()
 
 
-def subjects(broker: Broker, work: Path, stack: ExitStack) -> dict[str, Subject]:
-    """The subjects by name; the cluster starts on first use and stops with ``stack``."""
+def subjects(
+    broker: Broker, work: Path, stack: ExitStack, worker_env: dict[str, str] | None = None
+) -> dict[str, Subject]:
+    """The subjects by name; the cluster starts on first use (its workers with
+    ``worker_env`` added) and stops with ``stack``."""
     cluster: list[Cluster] = []
 
     @contextmanager
@@ -125,6 +128,7 @@ def subjects(broker: Broker, work: Path, stack: ExitStack) -> dict[str, Subject]
         def run(source: str, sink: str) -> Iterator[None]:
             if not cluster:
                 env = {"MAGNETAR_PULSAR_ADMIN_URL": broker.admin_url} if broker.admin_url else {}
+                env.update(worker_env or {})
                 (work / "cluster").mkdir()
                 started = Cluster(broker.service_url, work / "cluster", "public/latency", env)
                 stack.callback(started.stop_all)
@@ -219,7 +223,8 @@ def wait_quiet(max_load: float | None, patience_s: float = 60) -> None:
 def run_broker(broker: Broker, args: Any) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="magnetar-latency-") as tmp, ExitStack() as stack:
-        found = subjects(broker, Path(tmp), stack)
+        off = {"MAGNETAR_INSTANCE_CPU_LIMITS": "false"} if args.no_cpu_limits else {}
+        found = subjects(broker, Path(tmp), stack, off)
         for round_no in range(args.repeat):
             for name in args.subjects:
                 for rate in args.rates:
@@ -320,6 +325,11 @@ def main() -> None:
         type=float,
         help="before each measurement, wait (up to a minute) until the machine's one-minute"
         " load is at most this (the figures record it either way)",
+    )
+    parser.add_argument(
+        "--no-cpu-limits",
+        action="store_true",
+        help="the cluster's workers with instance_cpu_limits off (resources.cpu not enforced)",
     )
     add_broker_options(parser, default="lite")
     args = parser.parse_args()

@@ -4,9 +4,10 @@ environment it sees.
 Function code is arbitrary code. A worker that runs as root hands each instance process an
 ``InstanceUser``: before anything of the function is imported, the process drops every
 supplementary group, takes the user's gid and uid (which have no passwd entry: none is
-needed), forbids itself new privileges (``PR_SET_NO_NEW_PRIVS``: no setuid binary gives them
-back) and moves into its own working directory. What the worker keeps (its data directory,
-key files, config, other instances' directories) is then out of reach by file permissions.
+needed) with a limit on its processes and threads, forbids itself new privileges
+(``PR_SET_NO_NEW_PRIVS``: no setuid binary gives them back) and moves into its own working
+directory. What the worker keeps (its data directory, key files, config, other instances'
+directories) is then out of reach by file permissions.
 
 Python itself must stay reachable: an interpreter installed under a directory others cannot
 search (pyenv under ``/root``, a virtualenv in a private home) would leave the function
@@ -26,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import resource
 import stat
 import sys
 from collections.abc import Mapping
@@ -47,13 +49,19 @@ class InstanceUser:
     gid: int
     work_dir: Path
     """The instance's own directory (mode 0700, owned by ``uid``): its cwd and ``HOME``."""
+    max_tasks: int = 1024
+    """Processes and threads the user may have at once (``RLIMIT_NPROC``; the uid is the
+    instance's alone): a fork bomb stops there instead of taking the host's."""
 
 
 def drop_privileges(user: InstanceUser) -> None:
     """Become ``user`` for good (this process and its threads): no supplementary groups,
     its gid and uid (real, effective and saved), no new privileges, its directory as cwd
-    and home. Raises ``PermissionError`` unless the process may (it must be root)."""
+    and home, at most ``max_tasks`` processes and threads. Raises ``PermissionError``
+    unless the process may (it must be root)."""
     _keep_reachable([*_python_paths(), user.work_dir])
+    # hard as well as soft: without privileges the process cannot raise it again
+    resource.setrlimit(resource.RLIMIT_NPROC, (user.max_tasks, user.max_tasks))
     os.setgroups([])
     os.setresgid(user.gid, user.gid, user.gid)
     os.setresuid(user.uid, user.uid, user.uid)

@@ -92,6 +92,9 @@ class WorkerConfig(BaseModel):
     """Hold each instance process to its function's ``resources.cpu`` cores (default 1) with
     a cgroup CPU quota (see ``magnetar.worker.cpu_limits``); needs the process runtime and
     root or a delegated cgroup, and without them the worker logs that CPU is not limited."""
+    instance_max_tasks: int = Field(default=1024, ge=16)
+    """Processes and threads an isolated instance (its uid) may have at once, user code's
+    included: a fork bomb stops there instead of exhausting the host's."""
     instance_uids: str = "400000-465535"
     """``FIRST-LAST``: the uids (gids alike) isolated instances run as, one per running
     instance on the host; none needs a passwd entry."""

@@ -95,8 +95,12 @@ def readable_by_others(setting: str | None) -> Path | None:
 class InstanceIsolation:
     """Hands out instance users and prepares their directories (see the module doc)."""
 
-    def __init__(self, root: Path, uids: range, locks: Path = _LOCKS) -> None:
+    def __init__(
+        self, root: Path, uids: range, locks: Path = _LOCKS, max_tasks: int = 1024
+    ) -> None:
+        """``max_tasks``: the processes and threads each instance user may have at once."""
         self.root = root
+        self.max_tasks = max_tasks
         self._uids = uids
         self._locks = locks
         self._lock = threading.Lock()
@@ -129,7 +133,12 @@ class InstanceIsolation:
         except BaseException:
             self.release(uid)
             raise
-        return InstanceUser(uid, uid, work_dir)
+        return InstanceUser(uid, uid, work_dir, self.max_tasks)
+
+    def claimed_uids(self) -> list[int]:
+        """The uids this worker's running instances have."""
+        with self._lock:
+            return list(self._claimed)
 
     def release(self, uid: int) -> None:
         """The instance that ran as ``uid`` has exited: what it left running is killed, its

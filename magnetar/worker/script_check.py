@@ -119,4 +119,9 @@ class ScriptChecker:
 
 
 def _user_json(user: InstanceUser) -> dict[str, object]:
-    return {"uid": user.uid, "gid": user.gid, "work_dir": str(user.work_dir)}
+    return {
+        "uid": user.uid,
+        "gid": user.gid,
+        "work_dir": str(user.work_dir),
+        "max_tasks": user.max_tasks,
+    }

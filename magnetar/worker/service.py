@@ -436,4 +436,6 @@ def _instance_isolation(config: WorkerConfig) -> InstanceIsolation | None:
             "chmod 600 it (and keep it in a directory they cannot search)",
             exposed,
         )
-    return InstanceIsolation(root, parse_uid_range(config.instance_uids))
+    return InstanceIsolation(
+        root, parse_uid_range(config.instance_uids), max_tasks=config.instance_max_tasks
+    )

@@ -8,9 +8,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pulsar
 import pytest
 
 from magnetar.worker.isolation import InstanceIsolation
+from magnetar.worker.runtime import ProcessRuntime
+from tests.integration.conftest import collect, produce, values, wait_for
+from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="handing out uids needs root (CI runs as root)"
@@ -68,3 +72,56 @@ def test_a_restarted_worker_takes_back_what_it_left_to_instance_uids(tmp_path: P
     _isolation(tmp_path, "w1")  # the worker starts again
 
     assert user.work_dir.stat().st_uid == 0
+
+
+FORKER = """
+import subprocess
+
+
+def process(input):
+    children = []
+    try:
+        for _ in range(300):
+            children.append(subprocess.Popen(["sleep", "120"]))
+    except OSError as error:
+        return f"{len(children)} {type(error).__name__}"
+    return f"{len(children)} none"
+"""
+
+
+def test_a_fork_bomb_stops_at_the_instances_task_limit(
+    tmp_path: Path,
+    broker_url: str,
+    client: pulsar.Client,
+    start_manager: StartManager,
+    topic: str,
+) -> None:
+    code = tmp_path / "forker.py"
+    code.write_text(FORKER)
+    isolation = InstanceIsolation(tmp_path / "w1", UIDS, locks=tmp_path / "locks", max_tasks=64)
+    tmp_path.chmod(0o711)
+    config = function_config(py=str(code), inputs=[topic], output=f"{topic}-out")
+    specs = instance_specs(config)
+    manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, isolation=isolation))
+    manager.apply(specs)
+    produce(client, topic, ["go"])
+
+    (answer,) = values(collect(client, f"{topic}-out", 1))
+    spawned, error = answer.split()
+    assert error == "BlockingIOError" and 0 < int(spawned) < 64, answer  # EAGAIN from fork
+    (uid,) = isolation.claimed_uids()
+    assert len(_processes_of(uid)) <= 64
+    manager.apply({})  # stopped: what it left running goes with it
+    wait_for(lambda: not _processes_of(uid), timeout=20)
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "status").read_text().split("\nUid:\t", 1)[1].split()[0] == str(uid):
+                    found.append(int(entry.name))
+            except (OSError, IndexError):
+                continue
+    return found

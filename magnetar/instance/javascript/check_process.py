@@ -26,7 +26,9 @@ def main() -> None:
     job: dict[str, Any] = json.load(sys.stdin)
     user = job.get("user")
     if user is not None:
-        drop_privileges(InstanceUser(user["uid"], user["gid"], Path(user["work_dir"])))
+        drop_privileges(
+            InstanceUser(user["uid"], user["gid"], Path(user["work_dir"]), user["max_tasks"])
+        )
     try:
         check_script(
             job["source"],
