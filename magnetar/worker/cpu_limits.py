@@ -2,8 +2,9 @@
 
 Before an instance process is handed its function, the worker moves it into a cgroup of its
 own, ``<the worker's cgroup>/magnetar-instances/<worker pid>-<instance pid>``, whose CPU
-quota is ``resources.cpu`` cores per 100 ms; what it forks stays in the group, and user
-code, running as another user, cannot leave it. Spinning user code then takes its quota and
+quota is ``resources.cpu`` cores per 100 ms, and whose weight among the instances is
+``resources.cpu`` too; what it forks stays in the group, and user code, running as another
+user, cannot leave it. Spinning user code then takes its quota and
 no more, instead of the cores the broker, the workers and the other tenants' instances run
 on. This is what Apache Pulsar's Kubernetes runtime does with ``resources.cpu`` (a container
 limit); its process runtime ignores it.
@@ -104,6 +105,9 @@ class CpuLimits:
         self.root.mkdir(exist_ok=True)
         if self.version == 2:
             _enable_cpu(self.root)
+        # Against the broker's and the workers' threads the instances weigh together as
+        # many busy threads as the host has cores, not as one.
+        _set_weight(self.root, self.version, os.cpu_count() or 1)
         for group in self.root.iterdir():
             worker_pid = group.name.partition("-")[0]
             if group.is_dir() and worker_pid.isdigit() and not _alive(int(worker_pid)):
@@ -123,6 +127,9 @@ class CpuLimits:
             (group / "cpu.cfs_quota_us").write_text("-1" if unlimited else str(quota))
         else:
             (group / "cpu.max").write_text(f"{'max' if unlimited else quota} {PERIOD_US}")
+        # among instances, a share of the cores as their resources.cpu, however many
+        # threads each runs
+        _set_weight(group, self.version, cores)
         (group / "cgroup.procs").write_text(str(pid))
 
     def release(self, pid: int) -> None:
@@ -144,13 +151,21 @@ def _enable_cpu(directory: Path) -> None:
         control.write_text("+cpu")
 
 
+def _set_weight(group: Path, version: int, cores: float) -> None:
+    """The group's CPU weight under contention, as ``cores`` busy threads weigh."""
+    if version == 1:  # 1024 a thread, 2 to 262144
+        (group / "cpu.shares").write_text(str(min(max(round(1024 * cores), 2), 262_144)))
+    else:  # 100 a thread, 1 to 10000
+        (group / "cpu.weight").write_text(str(min(max(round(100 * cores), 1), 10_000)))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
