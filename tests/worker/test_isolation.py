@@ -1,6 +1,7 @@
 """Instance users and directories on a root worker: a uid is never shared by two running
 instances (on one host), and one that comes back to a uid cannot read what the uid's
-previous holder kept, nor meet a process it left behind."""
+previous holder kept, nor meet a process it left behind; and a fork bomb in user code stops
+at the instance's task limit."""
 
 from __future__ import annotations
 
