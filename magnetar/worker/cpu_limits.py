@@ -105,9 +105,6 @@ class CpuLimits:
         self.root.mkdir(exist_ok=True)
         if self.version == 2:
             _enable_cpu(self.root)
-        # Against the broker's and the workers' threads the instances weigh together as
-        # many busy threads as the host has cores, not as one.
-        _set_weight(self.root, self.version, os.cpu_count() or 1)
         for group in self.root.iterdir():
             worker_pid = group.name.partition("-")[0]
             if group.is_dir() and worker_pid.isdigit() and not _alive(int(worker_pid)):
