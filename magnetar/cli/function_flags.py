@@ -168,7 +168,11 @@ def function_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--cleanup-subscription",
             help="true or false: delete the subscription with the function [default: true].",
         ),
-        click.option("--cpu", type=float, help="CPU cores per instance (kept, as Pulsar's)."),
+        click.option(
+            "--cpu",
+            type=float,
+            help="CPU cores per instance: its quota on a worker that runs as root [default: 1].",
+        ),
         click.option(
             "--ram", type=int, help="Bytes of RAM per instance (for --js, its heap limit)."
         ),
