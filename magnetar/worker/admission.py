@@ -156,11 +156,12 @@ class Admission:
             return
         name = fqfn.rsplit("/", 1)[-1]
         tenant = fqfn.split("/", 1)[0]
-        in_tenant = sum(
-            self._scheduled(r)
-            for f, r in functions.items()
-            if f != fqfn and f.split("/", 1)[0] == tenant
-        )
+        others = in_tenant = 0  # the instances of every other function, and of the tenant's
+        for other, record in functions.items():
+            if other != fqfn:
+                instances = self._scheduled(record)
+                others += instances
+                in_tenant += instances if other.split("/", 1)[0] == tenant else 0
         tenant_limit = self.limits.max_instances_per_tenant
         if in_tenant + parallelism > tenant_limit:
             raise AdmissionError(
@@ -168,7 +169,6 @@ class Admission:
                 f"instances, more than the limit of {tenant_limit} per tenant "
                 "(max_instances_per_tenant)"
             )
-        others = sum(self._scheduled(r) for f, r in functions.items() if f != fqfn)
         workers = max(workers, 1)
         limit = self.limits.max_instances_per_worker * workers
         if others + parallelism > limit:

@@ -135,11 +135,6 @@ class InstanceIsolation:
             raise
         return InstanceUser(uid, uid, work_dir, self.max_tasks)
 
-    def claimed_uids(self) -> list[int]:
-        """The uids this worker's running instances have."""
-        with self._lock:
-            return list(self._claimed)
-
     def release(self, uid: int) -> None:
         """The instance that ran as ``uid`` has exited: what it left running is killed, its
         directory goes back to the worker (the next holder of the uid cannot read it), and

@@ -674,18 +674,16 @@ class ProcessRuntime:
                 limits.limit(pid, cores)
             entry.pipe.send(process_spec)
             return True
-        except (ProcessLookupError, ConnectionError):  # it has exited
+        except OSError as error:
+            exited = isinstance(error, ProcessLookupError | ConnectionError)
             entry.pipe.close()
+            if not exited:  # not limited: it must not run
+                entry.process.kill()
             entry.process.join(1)
             if limits is not None and pid is not None:
                 limits.release(pid)
-            return False
-        except OSError:  # not limited: it must not run
-            entry.pipe.close()
-            entry.process.kill()
-            entry.process.join(1)
-            if limits is not None and pid is not None:
-                limits.release(pid)
+            if exited:
+                return False
             raise
 
     def _keep_warm(self) -> None:

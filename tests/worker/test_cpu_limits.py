@@ -1,6 +1,6 @@
 """CPU limits: an instance process is held to its ``resources.cpu`` by a cgroup quota, from
-before its function loads until it exits; and the worker's cgroup is found from what
-``/proc`` says, on cgroup v1, v2 and in a container."""
+before its function loads until it exits, and its user code cannot leave the group; and the
+worker's cgroup is found from what ``/proc`` says, on cgroup v1, v2 and in a container."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pulsar
 import pytest
 
 from magnetar.worker.cpu_limits import CpuCgroup, CpuLimits, find_cpu_cgroup, open_cpu_limits
+from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.runtime import ProcessRuntime
-from tests.integration.conftest import produce, wait_for
+from tests.integration.conftest import collect, produce, values, wait_for
 from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
 
 V1_MOUNTS = """\
@@ -133,8 +134,52 @@ def test_a_limit_past_the_hosts_cores_is_no_limit_and_the_group_goes_with_its_pr
         assert weight(group) == 0.5  # among instances, as resources.cpu
         cpu_limits.limit(sleeper.pid, 1e12)  # resources.cpu is any positive number
         assert quota(group) in ("-1", "max")
+        cpu_limits.limit(sleeper.pid, 1e-300)
+        assert quota(group) == "1000"  # the kernel's least: 1 ms a period
     finally:
         sleeper.kill()
         sleeper.wait()
     cpu_limits.release(sleeper.pid)
     assert not group.exists()
+
+
+ESCAPE = """
+import os
+
+
+def process(input):
+    moved = []
+    for target in input.split(","):  # the hierarchy's root, and the instances' group
+        try:
+            with open(os.path.join(target, "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+            moved.append("moved")
+        except OSError as error:
+            moved.append(type(error).__name__)
+    return " ".join(moved)
+"""
+
+
+def test_user_code_cannot_leave_its_group(
+    broker_url: str,
+    client: pulsar.Client,
+    start_manager: StartManager,
+    topic: str,
+    tmp_path: Path,
+    cpu_limits: CpuLimits,
+) -> None:
+    code = tmp_path / "escape.py"
+    code.write_text(ESCAPE)
+    tmp_path.chmod(0o711)
+    isolation = InstanceIsolation(tmp_path / "w1", range(480010, 480012), locks=tmp_path / "l")
+    config = function_config(py=str(code), inputs=[topic], output=f"{topic}-out")
+    (key,) = specs = instance_specs(config)
+    runtime = ProcessRuntime(broker_url, WORKER_ID, isolation=isolation, cpu_limits=cpu_limits)
+    manager = start_manager(runtime)
+    manager.apply(specs)
+    produce(client, topic, [f"{cpu_limits.root.parent},{cpu_limits.root}"])
+
+    assert values(collect(client, f"{topic}-out", 1)) == ["PermissionError PermissionError"]
+    pid = manager.pid(key)
+    (group,) = [g for g in cpu_limits.root.iterdir() if g.name.endswith(f"-{pid}")]
+    assert (group / "cgroup.procs").read_text().split() == [str(pid)]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.worker.isolation import InstanceIsolation
+from magnetar.worker.isolation import InstanceIsolation, _real_uid
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import collect, produce, values, wait_for
 from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
@@ -102,7 +102,7 @@ def test_a_fork_bomb_stops_at_the_instances_task_limit(
     isolation = InstanceIsolation(tmp_path / "w1", UIDS, locks=tmp_path / "locks", max_tasks=64)
     tmp_path.chmod(0o711)
     config = function_config(py=str(code), inputs=[topic], output=f"{topic}-out")
-    specs = instance_specs(config)
+    (key,) = specs = instance_specs(config)
     manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, isolation=isolation))
     manager.apply(specs)
     produce(client, topic, ["go"])
@@ -110,19 +110,12 @@ def test_a_fork_bomb_stops_at_the_instances_task_limit(
     (answer,) = values(collect(client, f"{topic}-out", 1))
     spawned, error = answer.split()
     assert error == "BlockingIOError" and 0 < int(spawned) < 64, answer  # EAGAIN from fork
-    (uid,) = isolation.claimed_uids()
+    uid = _real_uid(str(manager.pid(key)))
+    assert uid is not None and uid in UIDS
     assert len(_processes_of(uid)) <= 64
     manager.apply({})  # stopped: what it left running goes with it
     wait_for(lambda: not _processes_of(uid), timeout=20)
 
 
-def _processes_of(uid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "status").read_text().split("\nUid:\t", 1)[1].split()[0] == str(uid):
-                    found.append(int(entry.name))
-            except (OSError, IndexError):
-                continue
-    return found
+def _processes_of(uid: int) -> list[str]:
+    return [pid for pid in os.listdir("/proc") if pid.isdigit() and _real_uid(pid) == uid]
