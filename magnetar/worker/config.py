@@ -92,6 +92,11 @@ class WorkerConfig(BaseModel):
     """Hold each instance process to its function's ``resources.cpu`` cores (default 1) with
     a cgroup CPU quota (see ``magnetar.worker.cpu_limits``); needs the process runtime and
     root or a delegated cgroup, and without them the worker logs that CPU is not limited."""
+    instance_memory_limits: bool = True
+    """Count the memory of what each instance process starts, and of its own ``/tmp``,
+    against its ``resources.ram``, and have the kernel hold it there: a memory cgroup (see
+    ``magnetar.worker.memory_limits``); needs the process runtime and root or a delegated
+    cgroup, and without them the worker logs that it is not done."""
     instance_max_tasks: int = Field(default=1024, ge=16)
     """Processes and threads an isolated instance (its uid) may have at once, user code's
     included: a fork bomb stops there instead of exhausting the host's."""

@@ -15,6 +15,11 @@ what still runs as that uid is killed), so whoever gets the uid next can neither
 nor meet a process left behind. It is kept across restarts (what was installed is found
 again) and removed with the function. The directories above it are searchable but not readable
 (0711), so an instance reaches its own directory and can list nobody's.
+
+Where the host allows (``sandbox.probe``), each instance also gets a view of the files of its
+own (``magnetar.instance.sandbox``): what every user may write (``/tmp``, ``/dev/shm``,
+System V IPC) is the instance's alone and goes with it, so nothing it leaves there reaches
+the next holder of its uid or holds the host's memory.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import quote, unquote
 
+from magnetar.instance import sandbox
 from magnetar.instance.privileges import InstanceUser
 from magnetar.worker.exceptions import WorkerConfigError
 
@@ -105,6 +111,16 @@ class InstanceIsolation:
         self._locks = locks
         self._lock = threading.Lock()
         self._claimed: dict[int, tuple[IO[str], Path]] = {}
+        why = sandbox.probe()
+        self.private = why is None
+        """Whether instances get a view of the files of their own (``InstanceUser.private``)."""
+        if why is not None:
+            log.warning(
+                "instances share /tmp, /var/tmp, /dev/shm and System V IPC with the host, and "
+                "may write wherever every user may: a view of their own needs root with "
+                "CAP_SYS_ADMIN and Linux 5.12 or later: %s",
+                why,
+            )
         secure_directory(root, 0o711)
         secure_directory(locks)
         for work_dir in root.glob("*/*"):  # what a killed worker left to its instances' uids
@@ -133,7 +149,7 @@ class InstanceIsolation:
         except BaseException:
             self.release(uid)
             raise
-        return InstanceUser(uid, uid, work_dir, self.max_tasks)
+        return InstanceUser(uid, uid, work_dir, self.max_tasks, self.private)
 
     def release(self, uid: int) -> None:
         """The instance that ran as ``uid`` has exited: what it left running is killed, its

@@ -48,6 +48,7 @@ from typing import Any, Protocol
 import pulsar
 
 from magnetar.client import Connection, create_client
+from magnetar.instance import sandbox
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.exceptions import InstanceError
@@ -63,6 +64,7 @@ from magnetar.statestore import JournaledStateStore, StateOptions, instance_stat
 from magnetar.worker.cpu_limits import CpuLimits
 from magnetar.worker.function_config import DEFAULT_RESOURCES
 from magnetar.worker.isolation import InstanceIsolation
+from magnetar.worker.memory_limits import MemoryLimits, hard_limit
 from magnetar.worker.model import instance_key
 
 __all__ = [
@@ -295,19 +297,28 @@ def _name_process(name: str) -> None:
         _PRCTL(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
 
 
-def _run_instance(broker_url: str, pipe: _WorkerPipe, preconnect: bool) -> None:
-    """The instance process. With ``preconnect`` it connects to the broker (with no
-    credentials) first and then waits for the spec of the instance to run, so a warm process
-    only has to subscribe once it is handed one; a spec with credentials of its own gets a
-    client of its own. Before anything of the function is loaded, the process drops what the
-    worker's environment holds for the worker alone and, when the spec names a user, becomes
-    that user. It runs ``run_instance_process`` with a lifeline to the worker, so an
-    instance whose worker was killed drains and exits instead of running unsupervised (and
+def _run_instance(
+    broker_url: str, pipe: _WorkerPipe, preconnect: bool, isolated: bool, private: bool
+) -> None:
+    """The instance process. ``isolated`` (it will run as an instance user): it takes its
+    namespaces first, before any thread starts (an IPC one too when ``private``: instances get
+    views of their own). With ``preconnect`` it connects to the broker (with no credentials)
+    and then waits for the spec of the instance to run, so a warm process only has to
+    subscribe once it is handed one; a spec with credentials of its own gets a client of its
+    own. Before anything of the function is loaded, the process drops what the worker's
+    environment holds for the worker alone and, when the spec names a user, becomes that
+    user. It runs ``run_instance_process`` with a lifeline to the worker, so an instance
+    whose worker was killed drains and exits instead of running unsupervised (and
     twice, once its instances are rescheduled elsewhere)."""
     _name_process(WARM_PROCESS_NAME)
     # Ctrl-C reaches the whole process group: the worker decides what stops (a waiting
     # process exits when the worker closes its pipe; an instance sets its own handler).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    detached = False
+    if isolated:
+        with contextlib.suppress(OSError, RuntimeError):  # tried again, and told, with the spec
+            sandbox.detach(ipc=private)
+            detached = True
     client = create_client(broker_url) if preconnect else None
     spec = pipe.receive_spec()
     if spec is None or spec.connection is not None:
@@ -321,8 +332,8 @@ def _run_instance(broker_url: str, pipe: _WorkerPipe, preconnect: bool) -> None:
     os.environ.update(scrubbed)
     if spec.user is not None:
         try:
-            drop_privileges(spec.user)
-        except OSError as error:  # said in the instance's status, like any failed start
+            drop_privileges(spec.user, spec.ram_bytes, detached)
+        except (OSError, RuntimeError) as error:  # said in its status, like any failed start
             pipe.put(InstanceExit(spec.instance_id, f"cannot isolate the instance: {error}"))
             return
     _name_process(INSTANCE_PROCESS_NAME)
@@ -348,9 +359,12 @@ class _ProcessHandle:
         reports: _Pipe,
         in_flight_path: str,
         ram_bytes: int | None = None,
+        memory: MemoryLimits | None = None,
     ) -> None:
+        """``memory``: the group the process is in (its children's memory is counted)."""
         self._process = process
         self._ram_bytes = ram_bytes
+        self._memory = memory
         self._killed_for = ""
         self._kill_at = 0.0
         """When an instance asked to stop for its memory is killed if it has not stopped."""
@@ -402,6 +416,7 @@ class _ProcessHandle:
         # read after the check: once it is seen dead, everything it reported has been read
         self._read_reports()
         if not alive and self._on_exit:
+            self._note_out_of_memory()  # before the callbacks release its group
             callbacks, self._on_exit = self._on_exit, []
             for callback in callbacks:
                 callback()
@@ -438,6 +453,8 @@ class _ProcessHandle:
         if ram is None or pid is None:
             return
         resident = _resident_bytes(pid)
+        if self._memory is not None:  # with what it started, and its /tmp
+            resident = max(resident or 0, self._memory.used(pid) or 0)
         if resident is not None and resident > ram:
             self._killed_for = (
                 f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
@@ -450,6 +467,17 @@ class _ProcessHandle:
             # then restarts the broker under every other function (see broker_healer).
             self._kill_at = time.monotonic() + _MEMORY_STOP_GRACE_S
             self._process.terminate()
+
+    def _note_out_of_memory(self) -> None:
+        """An instance the kernel killed over its group's memory limit: out of memory."""
+        memory, pid, ram = self._memory, self._process.pid, self._ram_bytes
+        if memory is None or pid is None or ram is None or self._killed_for:
+            return
+        if self._process.exitcode == -signal.SIGKILL and memory.oom_kills(pid):
+            self._killed_for = (
+                f"out of memory: over resources.ram {ram} bytes, with what it started "
+                f"(killed by the kernel at {hard_limit(ram)} bytes)"
+            )
 
     def in_flight(self) -> list[InFlight]:
         if self._in_flight_read:
@@ -524,6 +552,7 @@ class ProcessRuntime:
         preconnect: bool = True,
         url_hosts: UrlHostRule = PUBLIC_HOSTS,
         cpu_limits: CpuLimits | None = None,
+        memory_limits: MemoryLimits | None = None,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
         ``archive_limits``: how much a code package may unpack to; ``ram_bytes``: the memory
@@ -533,7 +562,9 @@ class ProcessRuntime:
         warm processes connect to the broker before they know their instance (only without
         credentials: with authentication on, an instance connects with its function's);
         ``url_hosts``: where URL bindings may connect; ``cpu_limits``: hold each instance
-        to its ``resources.cpu`` (None: no limit)."""
+        to its ``resources.cpu`` (None: no limit); ``memory_limits``: count what each
+        instance starts against its memory limit, and hold them to it (None: the instance's
+        own process is measured alone)."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -548,6 +579,7 @@ class ProcessRuntime:
         self.preconnect = preconnect
         self.url_hosts = url_hosts
         self.cpu_limits = cpu_limits
+        self.memory_limits = memory_limits
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -637,9 +669,9 @@ class ProcessRuntime:
             raise
         if isolation is not None and user is not None:
             handle.on_exit(functools.partial(isolation.release, user.uid))
-        if self.cpu_limits is not None and handle.pid is not None:
-            # after the release, which kills what the instance's user left running in it
-            handle.on_exit(functools.partial(self.cpu_limits.release, handle.pid))
+        if handle.pid is not None:
+            # after the release, which kills what the instance's user left running in them
+            handle.on_exit(functools.partial(self._release_groups, handle.pid))
         self._refill.set()
         return handle
 
@@ -647,7 +679,8 @@ class ProcessRuntime:
         self, process_spec: InstanceProcessSpec, key: str, cores: float
     ) -> _ProcessHandle:
         """Give the spec to a warm process, or else to a process started for it, held to
-        ``cores`` (with ``cpu_limits``) before it has the function."""
+        ``cores`` and its memory limit (with ``cpu_limits``, ``memory_limits``) before it has
+        the function."""
         while True:
             with self._lock:
                 entry = self._idle.popleft() if self._idle else None
@@ -662,16 +695,23 @@ class ProcessRuntime:
         entry.process.name = f"magnetar-instance {key}"
         assert process_spec.in_flight_path is not None
         return _ProcessHandle(
-            entry.process, entry.pipe, process_spec.in_flight_path, process_spec.ram_bytes
+            entry.process,
+            entry.pipe,
+            process_spec.in_flight_path,
+            process_spec.ram_bytes,
+            self.memory_limits,
         )
 
     def _give(self, entry: _IdleProcess, process_spec: InstanceProcessSpec, cores: float) -> bool:
-        """Hold ``entry``'s process to ``cores`` (with ``cpu_limits``), then send it the spec;
-        False if it has exited. A process that cannot be limited is killed (OSError)."""
-        limits, pid = self.cpu_limits, entry.process.pid
+        """Hold ``entry``'s process to ``cores`` and the spec's memory limit (with
+        ``cpu_limits``, ``memory_limits``), then send it the spec; False if it has exited. A
+        process that cannot be limited is killed (OSError)."""
+        pid = entry.process.pid
         try:
-            if limits is not None and pid is not None:
-                limits.limit(pid, cores)
+            if pid is not None and self.cpu_limits is not None:
+                self.cpu_limits.limit(pid, cores)
+            if pid is not None and self.memory_limits is not None:
+                self.memory_limits.limit(pid, process_spec.ram_bytes)
             entry.pipe.send(process_spec)
             return True
         except OSError as error:
@@ -680,11 +720,17 @@ class ProcessRuntime:
             if not exited:  # not limited: it must not run
                 entry.process.kill()
             entry.process.join(1)
-            if limits is not None and pid is not None:
-                limits.release(pid)
+            if pid is not None:
+                self._release_groups(pid)
             if exited:
                 return False
             raise
+
+    def _release_groups(self, pid: int) -> None:
+        """Remove the cgroups of instance process ``pid``, which has exited."""
+        for groups in (self.cpu_limits, self.memory_limits):
+            if groups is not None:
+                groups.release(pid)
 
     def _keep_warm(self) -> None:
         while True:
@@ -717,7 +763,13 @@ class ProcessRuntime:
         worker_end, process_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_run_instance,
-            args=(self.broker_url, _WorkerPipe(process_end), self.preconnect),
+            args=(
+                self.broker_url,
+                _WorkerPipe(process_end),
+                self.preconnect,
+                self.isolation is not None,
+                self.isolation is not None and self.isolation.private,
+            ),
             name="magnetar-instance (warm)",
             # a worker that exits without stopping its instances still takes them along
             daemon=True,
@@ -864,12 +916,13 @@ def make_runtime(
     preconnect: bool = True,
     url_hosts: UrlHostRule = PUBLIC_HOSTS,
     cpu_limits: CpuLimits | None = None,
+    memory_limits: MemoryLimits | None = None,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``, ``archive_limits``, ``ram_bytes``,
-    ``logs``, ``isolation``, ``preconnect``, ``url_hosts`` and ``cpu_limits``: see
-    ``ProcessRuntime`` (the thread runtime cannot isolate: it refuses ``isolation``, limits
-    no CPU, and runs no JavaScript, so no URL bindings)."""
+    ``logs``, ``isolation``, ``preconnect``, ``url_hosts``, ``cpu_limits`` and
+    ``memory_limits``: see ``ProcessRuntime`` (the thread runtime cannot isolate: it refuses
+    ``isolation``, limits no CPU nor memory, and runs no JavaScript, so no URL bindings)."""
     if name == "process":
         return ProcessRuntime(
             broker_url,
@@ -884,6 +937,7 @@ def make_runtime(
             preconnect,
             url_hosts,
             cpu_limits,
+            memory_limits,
         )
     if isolation is not None:
         raise ValueError(

@@ -124,4 +124,5 @@ def _user_json(user: InstanceUser) -> dict[str, object]:
         "gid": user.gid,
         "work_dir": str(user.work_dir),
         "max_tasks": user.max_tasks,
+        "private": user.private,
     }

@@ -41,6 +41,7 @@ from magnetar.worker.isolation import (
 )
 from magnetar.worker.leader import LeaderService
 from magnetar.worker.membership import Membership
+from magnetar.worker.memory_limits import open_memory_limits
 from magnetar.worker.metadata import MetadataManager
 from magnetar.worker.model import WorkerInfo, WorkerReport, instance_key
 from magnetar.worker.package_registry import PackageRegistry
@@ -183,6 +184,11 @@ class WorkerService:
             cpu_limits=(
                 open_cpu_limits()
                 if config.instance_cpu_limits and config.runtime == "process"
+                else None
+            ),
+            memory_limits=(
+                open_memory_limits()
+                if config.instance_memory_limits and config.runtime == "process"
                 else None
             ),
         )

@@ -65,10 +65,13 @@ def test_instance_limits_have_defaults_and_name_a_bad_value(
     assert config.instance_ram_bytes == 1024**3
     assert (config.shutdown_timeout_s, config.instance_stop_timeout_s) == (5.0, 10.0)
     assert config.instance_log_dir == tmp_path / "logs"
+    assert config.instance_cpu_limits and config.instance_memory_limits
     monkeypatch.setenv("MAGNETAR_INSTANCE_RAM_BYTES", "268435456")
     monkeypatch.setenv("MAGNETAR_SHUTDOWN_TIMEOUT_S", "2")
+    monkeypatch.setenv("MAGNETAR_INSTANCE_MEMORY_LIMITS", "false")
     config = load_worker_config()
     assert (config.instance_ram_bytes, config.shutdown_timeout_s) == (268435456, 2.0)
+    assert not config.instance_memory_limits
     monkeypatch.setenv("MAGNETAR_INSTANCE_RAM_BYTES", "-1")
     with pytest.raises(WorkerConfigError, match="instance_ram_bytes"):
         load_worker_config()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.worker.cpu_limits import CpuCgroup, CpuLimits, find_cpu_cgroup, open_cpu_limits
+from magnetar.worker.cgroups import Cgroup, find_cgroup
+from magnetar.worker.cpu_limits import CpuLimits, open_cpu_limits
 from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import collect, produce, values, wait_for
@@ -27,17 +28,17 @@ V1_CGROUPS = "3:cpuset:/\n2:cpu,cpuacct:/system.slice/magnetar.service\n0::/\n"
 
 
 def test_the_workers_cgroup_is_found_on_v1_with_cpu_and_cpuacct_together() -> None:
-    assert find_cpu_cgroup(V1_MOUNTS, V1_CGROUPS) == CpuCgroup(
+    assert find_cgroup("cpu", V1_MOUNTS, V1_CGROUPS) == Cgroup(
         Path("/sys/fs/cgroup/cpu,cpuacct/system.slice/magnetar.service"), 1
     )
 
 
 def test_in_a_container_the_mounted_root_is_the_containers_cgroup() -> None:
     mounts = "40 31 0:29 /docker/abc /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
-    assert find_cpu_cgroup(mounts, "2:cpu:/docker/abc\n") == CpuCgroup(
+    assert find_cgroup("cpu", mounts, "2:cpu:/docker/abc\n") == Cgroup(
         Path("/sys/fs/cgroup/cpu"), 1
     )
-    assert find_cpu_cgroup(mounts, "2:cpu:/other\n") == (
+    assert find_cgroup("cpu", mounts, "2:cpu:/other\n") == (
         "the worker's cgroup /other is outside the mounted hierarchy (/docker/abc)"
     )
 
@@ -47,15 +48,17 @@ def test_on_v2_the_cpu_controller_must_be_offered(tmp_path: Path) -> None:
     group.mkdir()
     mounts = f"30 1 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n"
     (group / "cgroup.controllers").write_text("memory pids\n")
-    assert find_cpu_cgroup(mounts, "0::/workers\n") == (
+    assert find_cgroup("cpu", mounts, "0::/workers\n") == (
         f"cgroup v2 at {group} offers no cpu controller"
     )
     (group / "cgroup.controllers").write_text("cpu memory pids\n")
-    assert find_cpu_cgroup(mounts, "0::/workers\n") == CpuCgroup(group, 2)
+    assert find_cgroup("cpu", mounts, "0::/workers\n") == Cgroup(group, 2)
 
 
 def test_without_a_cpu_hierarchy_the_reason_says_so() -> None:
-    assert find_cpu_cgroup("", "0::/\n") == "no cgroup hierarchy with the cpu controller is mounted"
+    assert (
+        find_cgroup("cpu", "", "0::/\n") == "no cgroup hierarchy with the cpu controller is mounted"
+    )
 
 
 SPIN = """\
@@ -144,6 +147,7 @@ def test_a_limit_past_the_hosts_cores_is_no_limit_and_the_group_goes_with_its_pr
 
 
 ESCAPE = """
+import errno
 import os
 
 
@@ -155,7 +159,7 @@ def process(input):
                 procs.write(str(os.getpid()))
             moved.append("moved")
         except OSError as error:
-            moved.append(type(error).__name__)
+            moved.append(errno.errorcode[error.errno])
     return " ".join(moved)
 """
 
@@ -179,7 +183,9 @@ def test_user_code_cannot_leave_its_group(
     manager.apply(specs)
     produce(client, topic, [f"{cpu_limits.root.parent},{cpu_limits.root}"])
 
-    assert values(collect(client, f"{topic}-out", 1)) == ["PermissionError PermissionError"]
+    (answer,) = values(collect(client, f"{topic}-out", 1))
+    # EACCES: not its file; EROFS: in its own view of the files, read-only to begin with
+    assert answer in {"EACCES EACCES", "EROFS EROFS"}, answer
     pid = manager.pid(key)
     (group,) = [g for g in cpu_limits.root.iterdir() if g.name.endswith(f"-{pid}")]
     assert (group / "cgroup.procs").read_text().split() == [str(pid)]

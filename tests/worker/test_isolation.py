@@ -1,12 +1,15 @@
 """Instance users and directories on a root worker: a uid is never shared by two running
 instances (on one host), and one that comes back to a uid cannot read what the uid's
-previous holder kept, nor meet a process it left behind; and a fork bomb in user code stops
-at the instance's task limit."""
+previous holder kept, nor meet a process it left behind; what an instance writes where every
+user may (/tmp, /dev/shm, System V IPC) is its own and goes with it; and a fork bomb in user
+code stops at the instance's task limit."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
@@ -119,3 +122,82 @@ def test_a_fork_bomb_stops_at_the_instances_task_limit(
 
 def _processes_of(uid: int) -> list[str]:
     return [pid for pid in os.listdir("/proc") if pid.isdigit() and _real_uid(pid) == uid]
+
+
+SNOOP = """
+import ctypes
+import multiprocessing
+import os
+
+SHARED = {shared!r}
+
+
+def process(input):
+    seen = []
+    for directory in ("/tmp", "/var/tmp", "/dev/shm", SHARED):
+        try:
+            with open(os.path.join(directory, "left-by-" + input), "w") as file:
+                file.write("secret")
+            seen.append("wrote")
+        except OSError as error:
+            seen.append(f"errno{{error.errno}}")
+    try:
+        with open("/dev/shm/fill", "wb") as file:
+            for _ in range(300):
+                file.write(bytes(1 << 20))
+        seen.append("filled")
+    except OSError as error:
+        seen.append(f"errno{{error.errno}}")
+    finally:
+        os.remove("/dev/shm/fill")
+    multiprocessing.Lock()  # POSIX semaphores live in its /dev/shm
+    segment = ctypes.CDLL(None).shmget(0x4D41474E, 1 << 20, 0o1000 | 0o600)
+    seen.append("segment" if segment >= 0 else "no-segment")
+    return " ".join(seen)
+"""
+
+
+@pytest.fixture
+def shared_directory() -> Iterator[Path]:
+    """A directory every user may write, outside the temp directories."""
+    path = Path("/var") / f"magnetar-test-shared-{uuid.uuid4().hex[:8]}"
+    path.mkdir(mode=0o1777)
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+
+
+def test_what_an_instance_writes_where_every_user_may_is_its_own_and_goes_with_it(
+    tmp_path: Path,
+    broker_url: str,
+    client: pulsar.Client,
+    start_manager: StartManager,
+    topic: str,
+    shared_directory: Path,
+) -> None:
+    code = tmp_path / "snoop.py"
+    code.write_text(SNOOP.format(shared=str(shared_directory)))
+    isolation = _isolation(tmp_path, "w1")
+    assert isolation.private, "this host lets a root worker give instances views of their own"
+    config = function_config(
+        py=str(code), inputs=[topic], output=f"{topic}-out", resources={"ram": 128 * 1024 * 1024}
+    )
+    (key,) = specs = instance_specs(config)
+    manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, isolation=isolation))
+    manager.apply(specs)
+    marker = uuid.uuid4().hex
+    produce(client, topic, [marker])
+
+    (answer,) = values(collect(client, f"{topic}-out", 1))
+    # /tmp, /var/tmp and /dev/shm: written, in its own; anywhere else: a read-only file
+    # system (30); its /tmp, /var/tmp and /dev/shm hold 128 MiB together: no space (28)
+    assert answer == "wrote wrote wrote errno30 errno28 segment", answer
+    uid = _real_uid(str(manager.pid(key)))
+    host = ["/tmp", "/var/tmp", "/dev/shm", str(shared_directory)]
+    assert not [d for d in host if os.path.exists(os.path.join(d, f"left-by-{marker}"))]
+    assert f"{0x4D41474E:10d}" not in Path("/proc/sysvipc/shm").read_text()
+    manager.apply({})  # stopped: what it wrote in its own /tmp goes with it
+    wait_for(lambda: uid is not None and not _processes_of(uid), timeout=20)
+    assert not [d for d in host if os.path.exists(os.path.join(d, f"left-by-{marker}"))]

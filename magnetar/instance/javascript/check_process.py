@@ -27,7 +27,10 @@ def main() -> None:
     user = job.get("user")
     if user is not None:
         drop_privileges(
-            InstanceUser(user["uid"], user["gid"], Path(user["work_dir"]), user["max_tasks"])
+            InstanceUser(
+                user["uid"], user["gid"], Path(user["work_dir"]), user["max_tasks"], user["private"]
+            ),
+            tmp_bytes=job["memory_limit_bytes"],
         )
     try:
         check_script(
