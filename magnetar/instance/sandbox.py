@@ -10,7 +10,9 @@ namespace of its own (``detach``), in which (``confine``):
 - every file system is read-only, except the instance's own directory;
 - ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are its own: one tmpfs of ``tmp_bytes`` (its
   ``resources.ram``) for the three, gone with the process;
-- System V shared memory, semaphores and message queues are its own, destroyed when it exits.
+- System V shared memory, semaphores and message queues are its own, destroyed when it exits;
+- ``/proc`` shows its own processes only (``hidepid=2``): not the worker's, nor other
+  tenants' instances, their command lines and names.
 
 Python itself must stay reachable: an interpreter installed under a directory others cannot
 search (pyenv under ``/root``, a virtualenv in a private home) would leave the function
@@ -42,7 +44,7 @@ PRIVATE_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 """Where every user may write: private to each instance."""
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 _SYS_MOUNT_SETATTR = 442  # the same on every architecture (Linux 5.12)
 _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 _BLOCKED_TMPFS = "mode=0755,size=64k"
@@ -81,6 +83,8 @@ def confine(reach: list[Path], own: Path, tmp_bytes: int | None) -> None:
     bound = _cover([*reach, own], private, lambda: _private_tmpfs(private, tmp_bytes))
     if own not in bound:  # a mount of its own, to be writable alone
         _mount(str(own), own, None, _MS_BIND, None)
+    # a proc of its own (Linux 5.8 and later: its options are not the host's)
+    _mount("proc", Path("/proc"), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=2")
     _set_readonly(Path("/"), True, recursive=True)
     for directory in [own, *private]:
         _set_readonly(directory, False, recursive=False)
@@ -179,16 +183,23 @@ def _cover(reach: list[Path], private: list[Path], mount_private: Callable[[], N
         for top in tops - set(private):
             _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, _BLOCKED_TMPFS)
         for path, handle in handles.items():
-            if os.path.isdir(f"/proc/self/fd/{handle}"):
-                path.mkdir(parents=True, exist_ok=True)
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.touch()
+            _mount_point(path, os.path.isdir(f"/proc/self/fd/{handle}"))
             _mount(f"/proc/self/fd/{handle}", path, None, _MS_BIND | _MS_REC, None)
     finally:
         for handle in handles.values():
             os.close(handle)
     return set(handles)
+
+
+def _mount_point(path: Path, directory: bool) -> None:
+    """Make ``path`` (a folder or a file) to mount on, and the folders above it, which
+    others may pass through but not list (as the instances' directories above their own)."""
+    for folder in [*reversed(path.parents), *([path] if directory else [])]:
+        if not folder.exists():
+            folder.mkdir(0o711)
+            folder.chmod(0o711)  # whatever the umask
+    if not directory:
+        path.touch()
 
 
 def _below_another(path: Path, others: set[Path]) -> bool:

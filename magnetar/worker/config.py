@@ -97,6 +97,10 @@ class WorkerConfig(BaseModel):
     against its ``resources.ram``, and have the kernel hold it there: a memory cgroup (see
     ``magnetar.worker.memory_limits``); needs the process runtime and root or a delegated
     cgroup, and without them the worker logs that it is not done."""
+    instance_max_files: int = Field(default=100_000, ge=100)
+    """Files and folders an isolated instance's directory may hold (with its
+    ``resources.disk`` bytes, measured every 10 s or so: see
+    ``magnetar.worker.disk_limits``); over either, the instance is stopped."""
     instance_max_tasks: int = Field(default=1024, ge=16)
     """Processes and threads an isolated instance (its uid) may have at once, user code's
     included: a fork bomb stops there instead of exhausting the host's."""

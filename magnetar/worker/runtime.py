@@ -62,6 +62,7 @@ from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
 from magnetar.statestore import JournaledStateStore, StateOptions, instance_state_dir
 from magnetar.worker.cpu_limits import CpuLimits
+from magnetar.worker.disk_limits import DiskUsage, DiskWatch
 from magnetar.worker.function_config import DEFAULT_RESOURCES
 from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.memory_limits import MemoryLimits, hard_limit
@@ -218,8 +219,8 @@ class InstanceLogs:
 # --- process runtime ------------------------------------------------------------------------
 
 
-_MEMORY_STOP_GRACE_S = 2.0
-"""How long an instance over its ``resources.ram`` may take to stop before it is killed."""
+_OVER_LIMIT_GRACE_S = 2.0
+"""How long an instance over its memory or disk limit may take to stop before it is killed."""
 
 _ORPHAN_GRACE_S = 10.0
 """How long an instance whose worker died may drain before it exits anyway."""
@@ -365,9 +366,10 @@ class _ProcessHandle:
         self._process = process
         self._ram_bytes = ram_bytes
         self._memory = memory
+        self._disk: tuple[DiskUsage, int, int] | None = None
         self._killed_for = ""
         self._kill_at = 0.0
-        """When an instance asked to stop for its memory is killed if it has not stopped."""
+        """When an instance asked to stop over a limit is killed if it has not stopped."""
         self._reports: _Pipe | None = reports
         self._on_exit: list[Callable[[], None]] = []
         self._in_flight_path = in_flight_path
@@ -444,29 +446,53 @@ class _ProcessHandle:
             return f"the instance process was killed by {signal.Signals(-code).name}"
         return f"the instance process exited with code {code}"
 
+    def limit_disk(self, usage: DiskUsage, max_bytes: int, max_files: int) -> None:
+        """Stop the instance once ``usage`` (of its directory) passes ``max_bytes`` or
+        ``max_files``."""
+        self._disk = (usage, max_bytes, max_files)
+
     def enforce_limits(self) -> None:
-        ram, pid = self._ram_bytes, self._process.pid
         if self._killed_for:
             if time.monotonic() >= self._kill_at:
                 self._process.kill()
             return
-        if ram is None or pid is None:
-            return
-        resident = _resident_bytes(pid)
-        if self._memory is not None:  # with what it started, and its /tmp
-            resident = max(resident or 0, self._memory.used(pid) or 0)
-        if resident is not None and resident > ram:
-            self._killed_for = (
-                f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
-            )
+        over = self._over_memory() or self._over_disk()
+        if over:
+            self._killed_for = over
             # Stopped, then killed if it has not stopped within the grace (meanwhile a Python
             # function's data is held by RLIMIT_DATA, a JavaScript one's by its V8 heap
             # limit). Stopped, it acknowledges what it finished; killed outright, every input
             # it had answered is handed to its next process again, and a kill while the
             # broker writes to it leaves its consumers behind on pulsar-lite, whose healer
             # then restarts the broker under every other function (see broker_healer).
-            self._kill_at = time.monotonic() + _MEMORY_STOP_GRACE_S
+            self._kill_at = time.monotonic() + _OVER_LIMIT_GRACE_S
             self._process.terminate()
+
+    def _over_memory(self) -> str:
+        ram, pid = self._ram_bytes, self._process.pid
+        if ram is None or pid is None:
+            return ""
+        resident = _resident_bytes(pid)
+        if self._memory is not None:  # with what it started, and its /tmp
+            resident = max(resident or 0, self._memory.used(pid) or 0)
+        if resident is not None and resident > ram:
+            return f"out of memory: over resources.ram {ram} bytes (it held {resident} bytes)"
+        return ""
+
+    def _over_disk(self) -> str:
+        if self._disk is None:
+            return ""
+        usage, max_bytes, max_files = self._disk
+        if usage.files > max_files:
+            return (
+                f"out of disk: its directory holds more than {max_files} files (instance_max_files)"
+            )
+        if usage.bytes > max_bytes:
+            return (
+                f"out of disk: over resources.disk {max_bytes} bytes (its directory held "
+                f"{usage.bytes} bytes)"
+            )
+        return ""
 
     def _note_out_of_memory(self) -> None:
         """An instance the kernel killed over its group's memory limit: out of memory."""
@@ -553,6 +579,7 @@ class ProcessRuntime:
         url_hosts: UrlHostRule = PUBLIC_HOSTS,
         cpu_limits: CpuLimits | None = None,
         memory_limits: MemoryLimits | None = None,
+        disk_watch: DiskWatch | None = None,
     ) -> None:
         """``warm``: processes kept ready for the next instances (0: start each on demand);
         ``archive_limits``: how much a code package may unpack to; ``ram_bytes``: the memory
@@ -564,7 +591,8 @@ class ProcessRuntime:
         ``url_hosts``: where URL bindings may connect; ``cpu_limits``: hold each instance
         to its ``resources.cpu`` (None: no limit); ``memory_limits``: count what each
         instance starts against its memory limit, and hold them to it (None: the instance's
-        own process is measured alone)."""
+        own process is measured alone); ``disk_watch``: measure each isolated instance's
+        directory, to hold it to its ``resources.disk`` and the watch's ``max_files``."""
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
         self.broker_url = broker_url
@@ -580,6 +608,7 @@ class ProcessRuntime:
         self.url_hosts = url_hosts
         self.cpu_limits = cpu_limits
         self.memory_limits = memory_limits
+        self.disk_watch = disk_watch
         # Not "fork" of the worker itself: the worker has threads (and pulsar-client's) that
         # a fork would copy in whatever state they are in. The fork server has none.
         self._context = multiprocessing.get_context("forkserver")
@@ -622,6 +651,8 @@ class ProcessRuntime:
                 entry.process.kill()
                 entry.process.join(1)
         shutil.rmtree(self._in_flight_dir, ignore_errors=True)
+        if self.disk_watch is not None:
+            self.disk_watch.close()
 
     def start(self, spec: InstanceSpec) -> RuntimeHandle:
         config, state = spec.config, self.state.options(spec) if self.state is not None else None
@@ -669,6 +700,11 @@ class ProcessRuntime:
             raise
         if isolation is not None and user is not None:
             handle.on_exit(functools.partial(isolation.release, user.uid))
+            if self.disk_watch is not None:  # its directory: the one place it may write
+                disk = int((spec.config.resources or {}).get("disk") or DEFAULT_RESOURCES["disk"])
+                usage = self.disk_watch.watch(user.work_dir)
+                handle.limit_disk(usage, disk, self.disk_watch.max_files)
+                handle.on_exit(functools.partial(self.disk_watch.forget, user.work_dir))
         if handle.pid is not None:
             # after the release, which kills what the instance's user left running in them
             handle.on_exit(functools.partial(self._release_groups, handle.pid))
@@ -917,12 +953,14 @@ def make_runtime(
     url_hosts: UrlHostRule = PUBLIC_HOSTS,
     cpu_limits: CpuLimits | None = None,
     memory_limits: MemoryLimits | None = None,
+    disk_watch: DiskWatch | None = None,
 ) -> Runtime:
     """The runtime called ``name`` ("process" or "thread"; the thread one needs ``client``);
     with ``state``, instances get a state store; ``warm``, ``archive_limits``, ``ram_bytes``,
-    ``logs``, ``isolation``, ``preconnect``, ``url_hosts``, ``cpu_limits`` and
-    ``memory_limits``: see ``ProcessRuntime`` (the thread runtime cannot isolate: it refuses
-    ``isolation``, limits no CPU nor memory, and runs no JavaScript, so no URL bindings)."""
+    ``logs``, ``isolation``, ``preconnect``, ``url_hosts``, ``cpu_limits``,
+    ``memory_limits`` and ``disk_watch``: see ``ProcessRuntime`` (the thread runtime cannot
+    isolate: it refuses ``isolation``, limits no CPU, memory nor disk, and runs no
+    JavaScript, so no URL bindings)."""
     if name == "process":
         return ProcessRuntime(
             broker_url,
@@ -938,6 +976,7 @@ def make_runtime(
             url_hosts,
             cpu_limits,
             memory_limits,
+            disk_watch,
         )
     if isolation is not None:
         raise ValueError(

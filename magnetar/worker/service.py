@@ -31,6 +31,7 @@ from magnetar.worker.broker_tenancy import BrokerTenancy
 from magnetar.worker.cluster_key import ClusterKey, PeerSeal, RecordSeal
 from magnetar.worker.config import WorkerConfig
 from magnetar.worker.cpu_limits import open_cpu_limits
+from magnetar.worker.disk_limits import DiskWatch
 from magnetar.worker.function_auth import FunctionAccess, TokenSeal
 from magnetar.worker.functions import FunctionManager
 from magnetar.worker.isolation import (
@@ -191,6 +192,7 @@ class WorkerService:
                 if config.instance_memory_limits and config.runtime == "process"
                 else None
             ),
+            disk_watch=DiskWatch(config.instance_max_files) if self.isolation else None,
         )
         if self._policies is not None:
             runtime = BrokerPreparedRuntime(runtime, self._policies, config.system_namespace)
