@@ -28,6 +28,12 @@ abuse at a time (deleted, and the healthy backlog drained, before the next):
   loop on each worker: 3 of them on the machine's cores).
 * ``cpu-burn-limited``: the same with ``resources.cpu`` 0.25, which workers running as root
   hold each instance to (a cgroup quota, see docs/limits.md).
+* ``child-hog``: a function starting a child process that holds 64 MiB per message (5 a
+  second), ``resources.ram`` 128 MiB (the children count in it: a memory cgroup);
+* ``shm-fill``: a function writing 16 MiB into ``/dev/shm`` per message (5 a second),
+  ``resources.ram`` 128 MiB (its ``/dev/shm`` is its own tmpfs, counted in its memory);
+* ``disk-fill``: a function writing 16 MiB into its directory per message (5 a second),
+  ``resources.disk`` 64 MiB (measured by the worker every 10 s).
 
 Per phase: the healthy outputs per second and their ratio to the quiet phases' mean
 (target: >= 0.8), the p50/p99 publish-to-output latency, the seconds the backlog took to
@@ -148,6 +154,43 @@ class Burn(Function):
 """
 
 
+CHILD_HOG = """
+import subprocess
+import sys
+
+from pulsar import Function
+
+HOLD = "import time; held = b'x' * (64 * 1024 * 1024); time.sleep(3600)"
+
+
+class ChildHog(Function):
+    def __init__(self):
+        self.children = []
+
+    def process(self, input, context):
+        self.children.append(subprocess.Popen([sys.executable, "-c", HOLD]))
+        return str(len(self.children))
+"""
+
+FILL = """
+import os
+
+from pulsar import Function
+
+
+class Fill(Function):
+    def __init__(self):
+        self.written = 0
+
+    def process(self, input, context):
+        folder = "/dev/shm" if input == "shm" else "."
+        with open(os.path.join(folder, f"fill-{self.written}"), "wb") as file:
+            file.write(bytes(16 * 1024 * 1024))
+        self.written += 1
+        return str(self.written)
+"""
+
+
 def packages(work: Path) -> dict[str, Path]:
     """The abusive functions' files, written into ``work``."""
     files = {}
@@ -157,6 +200,8 @@ def packages(work: Path) -> dict[str, Path]:
         "flood": FLOOD,
         "stuck": STUCK,
         "burn": BURN,
+        "childhog": CHILD_HOG,
+        "fill": FILL,
     }.items():
         files[module] = work / f"{module}.py"
         files[module].write_text(code)
@@ -658,6 +703,27 @@ class CpuBurnLimited(CpuBurn):
     extra: ClassVar[dict[str, Any]] = {"resources": {"cpu": 0.25}}
 
 
+class ChildHog(OneFunction):
+    name, module, class_name, every_s = "child-hog", "childhog", "childhog.ChildHog", 0.2
+    extra: ClassVar[dict[str, Any]] = {"resources": {"ram": RAM_BYTES}}
+
+
+class ShmFill(OneFunction):
+    name, module, class_name, every_s = "shm-fill", "fill", "fill.Fill", 0.2
+    extra: ClassVar[dict[str, Any]] = {"resources": {"ram": RAM_BYTES}}
+
+    def inputs(self) -> list[bytes]:
+        return [b"shm"]
+
+
+class DiskFill(OneFunction):
+    name, module, class_name, every_s = "disk-fill", "fill", "fill.Fill", 0.2
+    extra: ClassVar[dict[str, Any]] = {"resources": {"ram": RAM_BYTES, "disk": 64 * MIB}}
+
+    def inputs(self) -> list[bytes]:
+        return [b"disk"]
+
+
 ABUSES: dict[str, type[Abuse]] = {
     "quiet": Quiet,
     "admission": Admission,
@@ -669,6 +735,9 @@ ABUSES: dict[str, type[Abuse]] = {
     "stuck": Stuck,
     "cpu-burn": CpuBurn,
     "cpu-burn-limited": CpuBurnLimited,
+    "child-hog": ChildHog,
+    "shm-fill": ShmFill,
+    "disk-fill": DiskFill,
     "quiet-after": Quiet,
 }
 
