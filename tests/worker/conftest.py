@@ -62,6 +62,18 @@ def start_manager(broker_url: str) -> Iterator[StartManager]:
         assert manager.wait(30), "the runtime manager did not stop within 30 s"
 
 
+def system_exceptions(manager: RuntimeManager, key: str, starting: str) -> list[str]:
+    """What the status of instance ``key`` says went wrong outside user code, starting
+    with ``starting`` (such as "out of memory"), newest last."""
+    status = manager.status(key)
+    assert status is not None
+    return [
+        e.exception_string
+        for e in status.latest_system_exceptions
+        if e.exception_string.startswith(starting)
+    ]
+
+
 def pid_exists(pid: int) -> bool:
     """Whether a process with this pid is running (an exited one, reaped or not, is not)."""
     try:

@@ -14,7 +14,13 @@ from magnetar.worker.disk_limits import DiskWatch, measure
 from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import produce, wait_for
-from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    system_exceptions,
+)
 
 FILLER = """
 import os
@@ -74,14 +80,6 @@ def test_an_instance_that_fills_its_directory_is_stopped_and_says_why(
     manager.apply(specs)
     produce(client, topic, [order])
 
-    def stopped() -> list[str]:
-        status = manager.status(key)
-        assert status is not None
-        return [
-            e.exception_string
-            for e in status.latest_system_exceptions
-            if e.exception_string.startswith("out of disk")
-        ]
-
-    wait_for(lambda: bool(stopped()), timeout=30)
-    assert stopped()[0].startswith(said), stopped()
+    wait_for(lambda: bool(system_exceptions(manager, key, "out of disk")), timeout=30)
+    first = system_exceptions(manager, key, "out of disk")[0]
+    assert first.startswith(said), first

@@ -16,7 +16,13 @@ from magnetar.worker.isolation import InstanceIsolation, _real_uid
 from magnetar.worker.memory_limits import MemoryLimits, hard_limit, open_memory_limits
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import produce, wait_for
-from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    system_exceptions,
+)
 
 MIB = 1024 * 1024
 UIDS = range(480020, 480022)
@@ -74,17 +80,8 @@ def test_the_memory_of_what_an_instance_starts_counts_against_its_resources_ram(
 
     produce(client, topic, ["start a child"])
 
-    def stopped_for_memory() -> list[str]:
-        status = manager.status(key)
-        assert status is not None
-        return [
-            e.exception_string
-            for e in status.latest_system_exceptions
-            if e.exception_string.startswith("out of memory")
-        ]
-
-    wait_for(lambda: bool(stopped_for_memory()), timeout=30)
-    said = stopped_for_memory()[0]
+    wait_for(lambda: bool(system_exceptions(manager, key, "out of memory")), timeout=30)
+    said = system_exceptions(manager, key, "out of memory")[0]
     assert said.startswith(f"out of memory: over resources.ram {ram} bytes (it held "), said
     held = int(said.split("(it held ")[1].split()[0])
     assert ram < held < hard_limit(ram), said  # the child's, counted

@@ -21,6 +21,7 @@ from tests.worker.conftest import (
     function_config,
     instance_specs,
     receive_until,
+    system_exceptions,
 )
 
 FAST_RESTARTS = BackoffPolicy(initial_s=0.2, max_s=1.0)
@@ -223,17 +224,9 @@ def test_an_instance_over_its_resources_ram_is_killed_and_says_so(
     manager.apply(specs)
     produce(client, topic, [f"m{i}" for i in range(12)])
 
-    def killed() -> list[str]:
-        status = manager.status(key)
-        assert status is not None
-        return [
-            e.exception_string
-            for e in status.latest_system_exceptions
-            if e.exception_string.startswith("out of memory")
-        ]
-
-    wait_for(lambda: bool(killed()), timeout=30)
-    assert killed()[0].startswith(f"out of memory: over resources.ram {ram} bytes (it held ")
+    wait_for(lambda: bool(system_exceptions(manager, key, "out of memory")), timeout=30)
+    said = system_exceptions(manager, key, "out of memory")[0]
+    assert said.startswith(f"out of memory: over resources.ram {ram} bytes (it held "), said
     # each run is killed before it holds much more than its limit, and it runs again
     wait_for(lambda: key in manager.running_keys())
     pid = manager.pid(key)
