@@ -22,6 +22,7 @@ namespace when Python is not reachable to others), and releasing the uid at the 
 Needs root (the worker isolates only then).
 
     python bench/isolation_cost.py [--messages 100000] [--repeat 3] [--broker lite|apache]
+                                   [--no-memory-limits]
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def measure(service_url: str, admin_url: str | None, args: argparse.Namespace) -
     try:
         for mode, setting in MODES.items():
             env = {"MAGNETAR_INSTANCE_ISOLATION": setting}
+            if args.no_memory_limits:
+                env["MAGNETAR_INSTANCE_MEMORY_LIMITS"] = "false"
             if admin_url:
                 env["MAGNETAR_PULSAR_ADMIN_URL"] = admin_url
             cluster = Cluster(
@@ -161,6 +164,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-memory-limits",
+        action="store_true",
+        help="the workers with instance_memory_limits off (no memory cgroups), to measure them",
+    )
     add_broker_options(parser, default="lite")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "isolation.json"))
     args = parser.parse_args()
