@@ -143,7 +143,7 @@ class InstanceIsolation:
             if not _same_file(copy, package):
                 copy.parent.mkdir(exist_ok=True)
                 shutil.copy2(package, copy)
-            (work_dir / "tmp").mkdir(exist_ok=True)
+            _empty_folder(work_dir / "tmp")  # TMPDIR: what a run left there is not kept
             _chown_tree(work_dir, uid)
             work_dir.chmod(0o700)
         except BaseException:
@@ -231,6 +231,15 @@ def _real_uid(pid: str) -> int | None:
     finally:
         os.close(descriptor)
     return int(found[1]) if found else None
+
+
+def _empty_folder(path: Path) -> None:
+    """Make ``path`` an empty folder, whatever the previous holder left there (a link
+    anywhere is removed, never followed)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
 
 
 def _same_file(copy: Path, original: Path) -> bool:

@@ -7,6 +7,7 @@ code stops at the instance's task limit."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -66,6 +67,30 @@ def test_the_next_holder_of_a_uid_finds_nothing_of_the_previous_one(tmp_path: Pa
     assert first.work_dir.stat().st_uid == 0  # ... without the previous holder's directory
     assert second.work_dir.stat().st_uid == second.uid
     isolation.release(second.uid)
+
+
+def test_an_instances_temp_folder_starts_empty_each_run(tmp_path: Path) -> None:
+    package = tmp_path / "f.py"
+    package.write_text("def process(input):\n    return input\n")
+    isolation = _isolation(tmp_path, "w1")
+    first = isolation.claim("acme/prod/f", 0, package)
+    (first.work_dir / "tmp" / "big").write_bytes(bytes(1000))
+    (first.work_dir / "kept").write_text("state")
+    isolation.release(first.uid)
+    again = isolation.claim("acme/prod/f", 0, package)
+    assert list((again.work_dir / "tmp").iterdir()) == []  # TMPDIR: nothing of the last run
+    assert (again.work_dir / "kept").read_text() == "state"  # the rest of its directory stays
+    isolation.release(again.uid)
+    # a link planted where the temp folder was is removed, not followed
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "precious").write_text("x")
+    shutil.rmtree(again.work_dir / "tmp")
+    (again.work_dir / "tmp").symlink_to(target)
+    third = isolation.claim("acme/prod/f", 0, package)
+    assert (third.work_dir / "tmp").is_dir() and not (third.work_dir / "tmp").is_symlink()
+    assert (target / "precious").read_text() == "x"
+    isolation.release(third.uid)
 
 
 def test_a_restarted_worker_takes_back_what_it_left_to_instance_uids(tmp_path: Path) -> None:
