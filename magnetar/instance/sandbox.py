@@ -35,7 +35,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["confine", "detach", "keep_reachable", "probe", "python_paths"]
@@ -80,7 +79,7 @@ def confine(reach: list[Path], own: Path, tmp_bytes: int | None) -> None:
     ``PRIVATE_DIRS`` one tmpfs of ``tmp_bytes`` (None: the kernel's default, half the
     memory), and keep ``reach`` and ``own`` at their paths (see the module doc)."""
     private = _private_dirs()
-    bound = _cover([*reach, own], private, lambda: _private_tmpfs(private, tmp_bytes))
+    bound = _cover([*reach, own], private, tmp_bytes)
     if own not in bound:  # a mount of its own, to be writable alone
         _mount(str(own), own, None, _MS_BIND, None)
     # a proc of its own (Linux 5.8 and later: its options are not the host's)
@@ -99,7 +98,7 @@ def keep_reachable(reach: list[Path], detached: bool) -> None:
     try:
         if not detached:
             detach(ipc=False)
-        _cover(reach, [], lambda: None)
+        _cover(reach, [], None)
     except PermissionError as error:
         raise PermissionError(
             f"{error}: install Python where every user can read it, make its directories "
@@ -166,8 +165,8 @@ def _private_tmpfs(directories: list[Path], tmp_bytes: int | None) -> None:
         _mount(str(folder), directory, None, _MS_BIND, None)
 
 
-def _cover(reach: list[Path], private: list[Path], mount_private: Callable[[], None]) -> set[Path]:
-    """Hide the ``private`` directories (``mount_private`` mounts them) and each directory
+def _cover(reach: list[Path], private: list[Path], tmp_bytes: int | None) -> set[Path]:
+    """Hide the ``private`` directories (under one tmpfs of ``tmp_bytes``) and each directory
     above a path of ``reach`` that others cannot search, binding the paths of ``reach`` under
     them back in place; the paths so bound."""
     tops = set(private) | {top for path in reach if (top := _blocked_ancestor(path)) is not None}
@@ -179,7 +178,8 @@ def _cover(reach: list[Path], private: list[Path], mount_private: Callable[[], N
     inside = {path for path in inside if not _below_another(path, inside)}  # comes along
     handles = {path: os.open(path, os.O_PATH) for path in sorted(inside)}  # before mounts hide them
     try:
-        mount_private()
+        if private:
+            _private_tmpfs(private, tmp_bytes)
         for top in tops - set(private):
             _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, _BLOCKED_TMPFS)
         for path, handle in handles.items():

@@ -17,6 +17,7 @@ import pytest
 from magnetar.broker import find_free_port
 from magnetar.instance import FunctionConfig
 from magnetar.worker.config import WorkerConfig
+from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.runtime import InstanceSpec, ProcessRuntime, Runtime
 from magnetar.worker.runtime_manager import RuntimeManager
 from magnetar.worker.service import WorkerService
@@ -60,6 +61,18 @@ def start_manager(broker_url: str) -> Iterator[StartManager]:
         manager.stop(drain=True)
     for manager in started:
         assert manager.wait(30), "the runtime manager did not stop within 30 s"
+
+
+def isolation_in(
+    tmp_path: Path, uids: range, directory: str = "w1", max_tasks: int = 1024
+) -> InstanceIsolation:
+    """Instance isolation handing out ``uids``, with its instances' directories in
+    ``tmp_path / directory`` and its uid locks beside them (``tmp_path`` made searchable, as
+    every directory above an instance's must be)."""
+    tmp_path.chmod(0o711)
+    return InstanceIsolation(
+        tmp_path / directory, uids, locks=tmp_path / "locks", max_tasks=max_tasks
+    )
 
 
 def system_exceptions(manager: RuntimeManager, key: str, starting: str) -> list[str]:

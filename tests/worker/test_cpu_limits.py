@@ -13,10 +13,15 @@ import pytest
 
 from magnetar.worker.cgroups import Cgroup, find_cgroup
 from magnetar.worker.cpu_limits import CpuLimits, open_cpu_limits
-from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import collect, produce, values, wait_for
-from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    isolation_in,
+)
 
 V1_MOUNTS = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -174,8 +179,7 @@ def test_user_code_cannot_leave_its_group(
 ) -> None:
     code = tmp_path / "escape.py"
     code.write_text(ESCAPE)
-    tmp_path.chmod(0o711)
-    isolation = InstanceIsolation(tmp_path / "w1", range(480010, 480012), locks=tmp_path / "l")
+    isolation = isolation_in(tmp_path, range(480010, 480012))
     config = function_config(py=str(code), inputs=[topic], output=f"{topic}-out")
     (key,) = specs = instance_specs(config)
     runtime = ProcessRuntime(broker_url, WORKER_ID, isolation=isolation, cpu_limits=cpu_limits)

@@ -11,7 +11,6 @@ import pulsar
 import pytest
 
 from magnetar.worker.disk_limits import DiskWatch, measure
-from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import produce, wait_for
 from tests.worker.conftest import (
@@ -19,6 +18,7 @@ from tests.worker.conftest import (
     StartManager,
     function_config,
     instance_specs,
+    isolation_in,
     system_exceptions,
 )
 
@@ -70,8 +70,7 @@ def test_an_instance_that_fills_its_directory_is_stopped_and_says_why(
 ) -> None:
     code = tmp_path / "filler.py"
     code.write_text(FILLER)
-    tmp_path.chmod(0o711)
-    isolation = InstanceIsolation(tmp_path / "w1", range(480030, 480032), locks=tmp_path / "l")
+    isolation = isolation_in(tmp_path, range(480030, 480032))
     watch = DiskWatch(max_files=100, interval_s=0.2)
     config = function_config(py=str(code), inputs=[topic], resources={"disk": 2 * 1024 * 1024})
     (key,) = specs = instance_specs(config)

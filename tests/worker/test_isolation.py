@@ -16,10 +16,16 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.worker.isolation import InstanceIsolation, _real_uid
+from magnetar.worker.isolation import _real_uid
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import collect, produce, values, wait_for
-from tests.worker.conftest import WORKER_ID, StartManager, function_config, instance_specs
+from tests.worker.conftest import (
+    WORKER_ID,
+    StartManager,
+    function_config,
+    instance_specs,
+    isolation_in,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="handing out uids needs root (CI runs as root)"
@@ -28,15 +34,10 @@ pytestmark = pytest.mark.skipif(
 UIDS = range(480000, 480002)
 
 
-def _isolation(tmp_path: Path, worker: str) -> InstanceIsolation:
-    tmp_path.chmod(0o711)
-    return InstanceIsolation(tmp_path / worker, UIDS, locks=tmp_path / "locks")
-
-
 def test_two_workers_on_a_host_never_hand_out_the_same_uid(tmp_path: Path) -> None:
     package = tmp_path / "f.py"
     package.write_text("def process(input):\n    return input\n")
-    first, second = _isolation(tmp_path, "w1"), _isolation(tmp_path, "w2")
+    first, second = isolation_in(tmp_path, UIDS, "w1"), isolation_in(tmp_path, UIDS, "w2")
 
     a = first.claim("public/default/f", 0, package)
     b = second.claim("public/default/f", 0, package)
@@ -53,7 +54,7 @@ def test_two_workers_on_a_host_never_hand_out_the_same_uid(tmp_path: Path) -> No
 def test_the_next_holder_of_a_uid_finds_nothing_of_the_previous_one(tmp_path: Path) -> None:
     package = tmp_path / "f.py"
     package.write_text("def process(input):\n    return input\n")
-    isolation = _isolation(tmp_path, "w1")
+    isolation = isolation_in(tmp_path, UIDS, "w1")
     first = isolation.claim("acme/prod/f", 0, package)
     # user code that left a process behind, running as its uid
     leftover = subprocess.Popen(["sleep", "60"], user=first.uid, group=first.gid)
@@ -72,7 +73,7 @@ def test_the_next_holder_of_a_uid_finds_nothing_of_the_previous_one(tmp_path: Pa
 def test_an_instances_temp_folder_starts_empty_each_run(tmp_path: Path) -> None:
     package = tmp_path / "f.py"
     package.write_text("def process(input):\n    return input\n")
-    isolation = _isolation(tmp_path, "w1")
+    isolation = isolation_in(tmp_path, UIDS, "w1")
     first = isolation.claim("acme/prod/f", 0, package)
     (first.work_dir / "tmp" / "big").write_bytes(bytes(1000))
     (first.work_dir / "kept").write_text("state")
@@ -96,9 +97,9 @@ def test_an_instances_temp_folder_starts_empty_each_run(tmp_path: Path) -> None:
 def test_a_restarted_worker_takes_back_what_it_left_to_instance_uids(tmp_path: Path) -> None:
     package = tmp_path / "f.py"
     package.write_text("def process(input):\n    return input\n")
-    user = _isolation(tmp_path, "w1").claim("acme/prod/f", 0, package)  # never released
+    user = isolation_in(tmp_path, UIDS, "w1").claim("acme/prod/f", 0, package)  # never released
 
-    _isolation(tmp_path, "w1")  # the worker starts again
+    isolation_in(tmp_path, UIDS, "w1")  # the worker starts again
 
     assert user.work_dir.stat().st_uid == 0
 
@@ -127,8 +128,7 @@ def test_a_fork_bomb_stops_at_the_instances_task_limit(
 ) -> None:
     code = tmp_path / "forker.py"
     code.write_text(FORKER)
-    isolation = InstanceIsolation(tmp_path / "w1", UIDS, locks=tmp_path / "locks", max_tasks=64)
-    tmp_path.chmod(0o711)
+    isolation = isolation_in(tmp_path, UIDS, max_tasks=64)
     config = function_config(py=str(code), inputs=[topic], output=f"{topic}-out")
     (key,) = specs = instance_specs(config)
     manager = start_manager(ProcessRuntime(broker_url, WORKER_ID, isolation=isolation))
@@ -214,7 +214,7 @@ def test_what_an_instance_writes_where_every_user_may_is_its_own_and_goes_with_i
 ) -> None:
     code = tmp_path / "snoop.py"
     code.write_text(SNOOP.format(shared=str(shared_directory)))
-    isolation = _isolation(tmp_path, "w1")
+    isolation = isolation_in(tmp_path, UIDS, "w1")
     assert isolation.private, "this host lets a root worker give instances views of their own"
     config = function_config(
         py=str(code), inputs=[topic], output=f"{topic}-out", resources={"ram": 128 * 1024 * 1024}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.worker.isolation import InstanceIsolation, _real_uid
+from magnetar.worker.isolation import _real_uid
 from magnetar.worker.memory_limits import MemoryLimits, hard_limit, open_memory_limits
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import produce, wait_for
@@ -21,6 +21,7 @@ from tests.worker.conftest import (
     StartManager,
     function_config,
     instance_specs,
+    isolation_in,
     system_exceptions,
 )
 
@@ -59,8 +60,7 @@ def test_the_memory_of_what_an_instance_starts_counts_against_its_resources_ram(
 ) -> None:
     code = tmp_path / "parent.py"
     code.write_text(PARENT)
-    tmp_path.chmod(0o711)
-    isolation = InstanceIsolation(tmp_path / "w1", UIDS, locks=tmp_path / "l")
+    isolation = isolation_in(tmp_path, UIDS)
     ram = 256 * MIB
     config = function_config(py=str(code), inputs=[topic], resources={"ram": ram})
     (key,) = specs = instance_specs(config)

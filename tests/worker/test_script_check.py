@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from magnetar.instance.exceptions import FunctionLoadError
-from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.script_check import ScriptChecker
+from tests.worker.conftest import isolation_in
 
 UIDS = range(481000, 481002)
 
@@ -70,8 +70,7 @@ def test_checks_from_several_threads_at_once_all_answer() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="instance users need root (CI runs as root)")
 def test_a_runaway_top_level_runs_as_an_instance_user_and_is_stopped(tmp_path: Path) -> None:
-    tmp_path.chmod(0o711)
-    isolation = InstanceIsolation(tmp_path / "instances", UIDS, locks=tmp_path / "locks")
+    isolation = isolation_in(tmp_path, UIDS, "instances")
     checker = ScriptChecker(isolation)
     outcome: list[BaseException] = []
 
