@@ -3,7 +3,8 @@
 pulsar-lite reads and rewrites a Shared subscription's whole list of acknowledgement gaps on
 every acknowledgement and dispatch, and what one consumer holds prefetched leaves gaps between
 what the others acknowledge (``magnetar/instance/subscription.py``). So instances sharing a
-subscription there prefetch 30 messages each instead of 1,000. This measures a backlog of
+subscription there prefetch 30 messages each instead of 1,000 (and acknowledge at once, in
+both cases here: ``magnetar/instance/acks_at_once.py``). This measures a backlog of
 ``--messages`` unbatched inputs (each its own broker entry, as a stream's are) turned into
 outputs by ``magnetar functions localrun`` of examples/exclamation.py at each
 ``--parallelism``:

@@ -24,7 +24,8 @@ class InstanceOptions:
     function's ``inputSpecs`` set ``receiverQueueSize``, or see ``shared_acks_cost_gaps``)."""
     shared_acks_cost_gaps: bool = False
     """The broker's work for each acknowledgement on a shared subscription grows with the
-    gaps between acknowledged messages (pulsar-lite; see ``subscription``)."""
+    gaps between acknowledged messages (pulsar-lite): prefetch few and acknowledge at once
+    (see ``subscription``)."""
     max_chunk: int = 500
     """Most messages processed between two acknowledgement rounds."""
     max_unacked: int = 20_000
