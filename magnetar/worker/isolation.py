@@ -12,9 +12,11 @@ An instance's directory, ``<instance_dir>/<fqfn>/<instance id>`` (mode 0700), ho
 of its code package, what the package installs, its state database and its temporary
 files. It is owned by the instance's uid while the instance runs and by root otherwise (and
 what still runs as that uid is killed), so whoever gets the uid next can neither read it
-nor meet a process left behind. It is kept across restarts (what was installed is found
-again) and removed with the function. The directories above it are searchable but not readable
-(0711), so an instance reaches its own directory and can list nobody's.
+nor meet a process left behind. A worker killed before it could do so leaves its claims
+unreleased: the next worker to start on the host does it for them. It is kept across
+restarts (what was installed is found again) and removed with the function. The directories
+above it are searchable but not readable (0711), so an instance reaches its own directory
+and can list nobody's.
 
 Where the host allows (``sandbox.probe``), each instance also gets a view of the files of its
 own (``magnetar.instance.sandbox``): what every user may write (``/tmp``, ``/dev/shm``,
@@ -123,6 +125,7 @@ class InstanceIsolation:
             )
         secure_directory(root, 0o711)
         secure_directory(locks)
+        self._revoke_abandoned()
         for work_dir in root.glob("*/*"):  # what a killed worker left to its instances' uids
             if work_dir.is_dir() and work_dir.stat().st_uid != os.geteuid():
                 _chown_tree(work_dir, os.geteuid())
@@ -170,6 +173,26 @@ class InstanceIsolation:
             if path.is_dir() and path.name != SCRIPT_CHECKS and unquote(path.name) not in existing:
                 log.info("removing the instance directories of deleted function %s", path.name)
                 shutil.rmtree(path, ignore_errors=True)
+
+    def _revoke_abandoned(self) -> None:
+        """Kill what runs as a uid of ours that no worker holds but one claimed (a killed
+        worker's instances, and what they forked and left behind, setsid or not): at once,
+        not when the uid is handed out again, which may be never."""
+        for name in os.listdir(self._locks):
+            uid = int(name) if name.isdigit() else -1
+            if uid not in self._uids:
+                continue
+            with open(self._locks / name, "a+") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a running instance's
+                lock.seek(0)
+                previous = lock.read().strip()
+                if previous:
+                    log.info("killing what the instance that ran as uid %d left running", uid)
+                    _revoke(uid, Path(previous))
+                    lock.truncate(0)
 
     def _claim_uid(self, work_dir: Path) -> int:
         """A uid no running instance on this host has, for ``work_dir``. A lock file per uid

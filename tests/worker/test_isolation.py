@@ -6,9 +6,12 @@ code stops at the instance's task limit."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from tests.worker.conftest import (
     function_config,
     instance_specs,
     isolation_in,
+    pid_exists,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -102,6 +106,45 @@ def test_a_restarted_worker_takes_back_what_it_left_to_instance_uids(tmp_path: P
     isolation_in(tmp_path, UIDS, "w1")  # the worker starts again
 
     assert user.work_dir.stat().st_uid == 0
+
+
+# A worker that claims a uid for an instance, which forks a process into a session of its
+# own, and is killed (nothing released); prints that process's pid.
+KILLED_WORKER = """
+import os, subprocess, sys
+from pathlib import Path
+from magnetar.worker.isolation import InstanceIsolation
+
+root, locks, package = map(Path, sys.argv[1:4])
+user = InstanceIsolation(root, range(480000, 480002), locks=locks).claim("acme/prod/f", 0, package)
+left = subprocess.Popen(
+    ["sleep", "120"], user=user.uid, group=user.gid, start_new_session=True, cwd="/",
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+print(left.pid, flush=True)
+os._exit(0)
+"""
+
+
+def test_a_restarted_worker_kills_what_its_killed_instances_left_running(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "f.py"
+    package.write_text("def process(input):\n    return input\n")
+    tmp_path.chmod(0o711)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WORKER, tmp_path / "w1", tmp_path / "locks", package],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    left = int(killed.stdout)
+    assert pid_exists(left), "the instance's process did not outlive its worker"
+    try:
+        isolation_in(tmp_path, UIDS, "w1")  # the worker starts again
+
+        wait_for(lambda: not pid_exists(left), 5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, signal.SIGKILL)
 
 
 FORKER = """
