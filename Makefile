@@ -23,10 +23,10 @@ V8_ANSWERS := magnetar/instance/javascript/_v8_answers.so
 # a C compiler, the instance sends through pulsar-client's Python producer (slower).
 OUTPUT_SENDS := magnetar/instance/_output_sends.so
 
-.PHONY: install apache-pulsar browser demo test test-docker lint docs bench clean
+.PHONY: install apache-pulsar browser nftables demo test test-docker lint docs bench clean
 
 install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS) \
-	$(OUTPUT_SENDS)
+	$(OUTPUT_SENDS) nftables
 
 apache-pulsar: $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH)
 
@@ -96,6 +96,18 @@ browser:
 	else \
 		echo "No chromium, and not root with apt-get to install it: the console's browser" \
 			"tests will be skipped (install it: apt-get install chromium)"; \
+	fi
+
+# A root worker holds what isolated instances reach on the network with nftables
+# (magnetar/worker/instance_network.py): nft is installed when make runs as root with apt;
+# without it such a worker logs that instances are not held, and those tests skip.
+nftables:
+	@if command -v nft >/dev/null || [ -x /usr/sbin/nft ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; \
+	else \
+		echo "No nft, and not root with apt-get to install it: a root worker's instances" \
+			"will reach this host's services (install it: apt-get install nftables)"; \
 	fi
 
 demo: install

@@ -22,7 +22,7 @@ namespace when Python is not reachable to others), and releasing the uid at the 
 Needs root (the worker isolates only then).
 
     python bench/isolation_cost.py [--messages 100000] [--repeat 3] [--broker lite|apache]
-                                   [--no-memory-limits]
+                                   [--no-memory-limits] [--no-network-limits]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from _cluster import ROOT, Cluster, WorkerProcess, progress, summary, wait_until
 from _throughput import fill
 
 from magnetar.instance.privileges import drop_privileges
+from magnetar.worker.instance_network import remove_table
 from magnetar.worker.isolation import InstanceIsolation
 
 EXAMPLE = ROOT / "examples" / "exclamation.py"
@@ -129,6 +130,8 @@ def measure(service_url: str, admin_url: str | None, args: argparse.Namespace) -
             env = {"MAGNETAR_INSTANCE_ISOLATION": setting}
             if args.no_memory_limits:
                 env["MAGNETAR_INSTANCE_MEMORY_LIMITS"] = "false"
+            if args.no_network_limits:
+                env["MAGNETAR_INSTANCE_NETWORK_LIMITS"] = "false"
             if admin_url:
                 env["MAGNETAR_PULSAR_ADMIN_URL"] = admin_url
             cluster = Cluster(
@@ -169,11 +172,19 @@ def main() -> None:
         action="store_true",
         help="the workers with instance_memory_limits off (no memory cgroups), to measure them",
     )
+    parser.add_argument(
+        "--no-network-limits",
+        action="store_true",
+        help="the workers with instance_network_limits off, and the host's table of rules for "
+        "instance uids removed first (workers that start later write it again), to measure them",
+    )
     add_broker_options(parser, default="lite")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "isolation.json"))
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("instance isolation needs a worker running as root: run this as root")
+    if args.no_network_limits:
+        remove_table()
     results: dict[str, Any] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

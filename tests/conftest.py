@@ -25,6 +25,7 @@ import pytest
 
 from magnetar.broker import EmbeddedBroker
 from magnetar.testing import ApachePulsarError, ApachePulsarStandalone
+from magnetar.worker.instance_network import remove_table, table_exists
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -171,6 +172,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _instance_network_rules() -> Iterator[None]:
+    """Root workers the tests start write the host's rules for instance uids
+    (``magnetar.worker.instance_network``): rules the run made go with it."""
+    made_here = not table_exists()
+    yield
+    if made_here:
+        remove_table()
 
 
 @pytest.fixture(scope="session")

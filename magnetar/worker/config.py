@@ -104,6 +104,15 @@ class WorkerConfig(BaseModel):
     instance_max_tasks: int = Field(default=1024, ge=16)
     """Processes and threads an isolated instance (its uid) may have at once, user code's
     included: a fork bomb stops there instead of exhausting the host's."""
+    instance_network_limits: bool = True
+    """When instances are isolated: hold what they reach on the network by their uids, in
+    the kernel (nftables; see ``magnetar.worker.instance_network``): this host only on the
+    broker's ports, DNS and ``instance_host_ports``, no link-local address (the cloud's
+    metadata service), and no connection accepted. Without ``nft`` the worker logs that they
+    are not held."""
+    instance_host_ports: tuple[int, ...] = ()
+    """Ports of this host that isolated instances may reach besides the broker's and DNS (a
+    local agent's, say); comma-separated in the environment."""
     instance_uids: str = "400000-465535"
     """``FIRST-LAST``: the uids (gids alike) isolated instances run as, one per running
     instance on the host; none needs a passwd entry."""
@@ -202,7 +211,7 @@ class WorkerConfig(BaseModel):
             [r.strip() for r in value.split(",") if r.strip()] if isinstance(value, str) else value
         )
 
-    @field_validator("url_binding_hosts", mode="before")
+    @field_validator("url_binding_hosts", "instance_host_ports", mode="before")
     @classmethod
     def _split_hosts(cls, value: Any) -> Any:
         return (

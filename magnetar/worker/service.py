@@ -34,6 +34,7 @@ from magnetar.worker.cpu_limits import open_cpu_limits
 from magnetar.worker.disk_limits import DiskWatch
 from magnetar.worker.function_auth import FunctionAccess, TokenSeal
 from magnetar.worker.functions import FunctionManager
+from magnetar.worker.instance_network import limit_instance_network
 from magnetar.worker.isolation import (
     InstanceIsolation,
     parse_uid_range,
@@ -162,6 +163,10 @@ class WorkerService:
             client, state_root, config.system_namespace, config.request_timeout_s
         )
         self.isolation = _instance_isolation(config)
+        if self.isolation is not None and config.instance_network_limits:
+            limit_instance_network(
+                parse_uid_range(config.instance_uids), config.broker_url, config.instance_host_ports
+            )
         logs = InstanceLogs(
             config.instance_log_dir,
             config.instance_log_max_bytes,

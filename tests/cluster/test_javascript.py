@@ -7,6 +7,7 @@ import collections
 import json
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pulsar
@@ -166,12 +167,14 @@ def test_word_count_with_counters_on_a_worker(
 def test_url_bindings_over_rest_reach_the_endpoint_and_bad_ones_are_a_400(
     cluster: Cluster, cluster_client: pulsar.Client
 ) -> None:
-    # the operator lets bindings reach the test's server (127.0.0.1) as well as public hosts
-    cluster.env["MAGNETAR_URL_BINDING_HOSTS"] = "public,127.0.0.1"
-    worker = cluster.start_worker("w1")
     topic = f"js-curl-{uuid.uuid4().hex[:6]}"
     source = b"function process(input) { return curl('GET', api, {path: input}).body.path; }"
     with http_endpoint() as endpoint:
+        # the operator lets bindings reach the test's server (127.0.0.1) as well as public
+        # hosts, and opens its port of this host to instances
+        cluster.env["MAGNETAR_URL_BINDING_HOSTS"] = "public,127.0.0.1"
+        cluster.env["MAGNETAR_INSTANCE_HOST_PORTS"] = str(urlsplit(endpoint.base).port)
+        worker = cluster.start_worker("w1")
         binding = {
             "alias": "api",
             "url": f"{endpoint.base}/api",
