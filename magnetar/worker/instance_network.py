@@ -135,8 +135,8 @@ def _nft() -> str | None:
     return shutil.which("nft") or shutil.which("nft", path="/usr/sbin:/sbin")
 
 
-def limit_instance_network(uids: range, broker_url: str, host_ports: tuple[int, ...]) -> bool:
-    """Write the rules for ``uids``; False, with a warning saying why, where they cannot be."""
+def limit_instance_network(uids: range, broker_url: str, host_ports: tuple[int, ...]) -> None:
+    """Write the rules for ``uids``, or warn why they cannot be."""
     network = InstanceNetwork(uids, frozenset(broker_ports(broker_url)) | frozenset(host_ports))
     why = network.apply()
     if why is not None:
@@ -145,9 +145,8 @@ def limit_instance_network(uids: range, broker_url: str, host_ports: tuple[int, 
             "and accept connections: %s",
             why,
         )
-        return False
+        return
     log.info(
         "instances reach this host on ports %s only, and no link-local address",
         ", ".join(str(p) for p in sorted(network.host_ports | {_DNS})),
     )
-    return True
