@@ -71,7 +71,8 @@ class InstanceNetwork:
         this worker's uids and ports added to what other workers added."""
         t = f"inet {self.table}"
         ports = ", ".join(str(p) for p in sorted(self.host_ports | {_DNS}))
-        reject = "reject with icmpx type admin-prohibited"
+        # counted: ``nft list table inet magnetar_instances`` shows what instances were refused
+        reject = "counter reject with icmpx type admin-prohibited"
         return "\n".join(
             [
                 f"add table {t}",
@@ -83,7 +84,7 @@ class InstanceNetwork:
                 f"flush chain {t} instance",
                 f"add rule {t} output meta skuid @uids jump instance",
                 # a listening socket's answer to a handshake
-                f"add rule {t} instance tcp flags & (syn | ack) == syn | ack drop",
+                f"add rule {t} instance tcp flags & (syn | ack) == syn | ack counter drop",
                 f"add rule {t} instance fib daddr type local meta l4proto {{ tcp, udp }} "
                 f"th dport @host_ports accept",
                 f"add rule {t} instance fib daddr type local {reject}",
