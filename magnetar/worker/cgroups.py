@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from magnetar.worker.pids import pid_alive
+
 __all__ = ["Cgroup", "InstanceGroups", "find_cgroup", "open_groups"]
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class InstanceGroups:
             self._enable(self.root)
         for group in self.root.iterdir():
             worker_pid = group.name.partition("-")[0]
-            if group.is_dir() and worker_pid.isdigit() and not _alive(int(worker_pid)):
+            if group.is_dir() and worker_pid.isdigit() and not pid_alive(int(worker_pid)):
                 with contextlib.suppress(OSError):  # a group with processes left stays
                     group.rmdir()
 
@@ -139,16 +141,6 @@ class InstanceGroups:
         control = directory / "cgroup.subtree_control"
         if self.controller not in control.read_text().split():
             control.write_text(f"+{self.controller}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        pass
-    return True
 
 
 _Groups = TypeVar("_Groups", bound=InstanceGroups)

@@ -24,16 +24,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import itertools
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -64,6 +61,7 @@ from magnetar.statestore import JournaledStateStore, StateOptions, instance_stat
 from magnetar.worker.cpu_limits import CpuLimits
 from magnetar.worker.disk_limits import DiskUsage, DiskWatch
 from magnetar.worker.function_config import DEFAULT_RESOURCES
+from magnetar.worker.in_flight_files import InFlightFiles
 from magnetar.worker.isolation import InstanceIsolation
 from magnetar.worker.memory_limits import MemoryLimits, hard_limit
 from magnetar.worker.model import instance_key
@@ -618,10 +616,7 @@ class ProcessRuntime:
         self._closed = False
         self._refill = threading.Event()
         self._refiller: threading.Thread | None = None
-        # in memory where there is a tmpfs: the record is written for every message
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self._in_flight_dir = tempfile.mkdtemp(prefix="magnetar-in-flight-", dir=shm)
-        self._in_flight_files = itertools.count()
+        self._in_flight_files = InFlightFiles()
 
     def prepare(self) -> None:
         """Start the fork server, and a thread that keeps ``warm`` processes started (one
@@ -650,7 +645,7 @@ class ProcessRuntime:
             if entry.process.is_alive():
                 entry.process.kill()
                 entry.process.join(1)
-        shutil.rmtree(self._in_flight_dir, ignore_errors=True)
+        self._in_flight_files.remove()
         if self.disk_watch is not None:
             self.disk_watch.close()
 
@@ -681,10 +676,10 @@ class ProcessRuntime:
             url_hosts=self.url_hosts,
             archive_limits=self.archive_limits,
             # an isolated instance writes only inside its own directory
-            in_flight_path=str(
-                user.work_dir / "in-flight"
+            in_flight_path=(
+                str(user.work_dir / "in-flight")
                 if user is not None
-                else os.path.join(self._in_flight_dir, str(next(self._in_flight_files)))
+                else self._in_flight_files.next_path()
             ),
             earlier_crashes=dict(spec.earlier_crashes),
             ram_bytes=(spec.config.resources or {}).get("ram") or self.ram_bytes,
