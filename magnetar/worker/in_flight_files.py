@@ -14,6 +14,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 from magnetar.worker.pids import pid_alive
@@ -31,13 +32,15 @@ class InFlightFiles:
         self._base = base or (shm if shm.is_dir() else Path(tempfile.gettempdir()))
         self._folder: Path | None = None
         self._numbers = itertools.count()
+        self._lock = threading.Lock()  # instances start from several threads
 
     def next_path(self) -> str:
-        if self._folder is None:
-            self._remove_left_behind()
-            prefix = f"{_PREFIX}{os.getpid()}-"
-            self._folder = Path(tempfile.mkdtemp(prefix=prefix, dir=self._base))
-        return str(self._folder / str(next(self._numbers)))
+        with self._lock:
+            if self._folder is None:
+                self._remove_left_behind()
+                prefix = f"{_PREFIX}{os.getpid()}-"
+                self._folder = Path(tempfile.mkdtemp(prefix=prefix, dir=self._base))
+            return str(self._folder / str(next(self._numbers)))
 
     def remove(self) -> None:
         if self._folder is not None:
