@@ -187,12 +187,7 @@ class InstanceIsolation:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # a running instance's
-                lock.seek(0)
-                previous = lock.read().strip()
-                if previous:
-                    log.info("killing what the instance that ran as uid %d left running", uid)
-                    _revoke(uid, Path(previous))
-                    lock.truncate(0)
+                _revoke_claim(lock, uid)
 
     def _claim_uid(self, work_dir: Path) -> int:
         """A uid no running instance on this host has, for ``work_dir``. A lock file per uid
@@ -208,12 +203,7 @@ class InstanceIsolation:
             except BlockingIOError:
                 lock.close()
                 continue
-            lock.seek(0)
-            previous = lock.read().strip()
-            if previous:
-                _revoke(uid, Path(previous))
-            lock.seek(0)
-            lock.truncate()
+            _revoke_claim(lock, uid)
             lock.write(str(work_dir))
             lock.flush()
             with self._lock:
@@ -223,6 +213,17 @@ class InstanceIsolation:
             f"every uid of instance_uids ({self._uids.start}-{self._uids.stop - 1}) is taken by "
             "a running instance: widen the range"
         )
+
+
+def _revoke_claim(lock: IO[str], uid: int) -> None:
+    """Revoke what the holder ``lock`` names left (its worker was killed), and empty it."""
+    lock.seek(0)
+    previous = lock.read().strip()
+    if previous:
+        log.info("killing what the instance that ran as uid %d left running", uid)
+        _revoke(uid, Path(previous))
+    lock.seek(0)
+    lock.truncate()
 
 
 def _revoke(uid: int, work_dir: Path) -> None:
