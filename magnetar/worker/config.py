@@ -7,7 +7,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -110,7 +110,7 @@ class WorkerConfig(BaseModel):
     broker's ports, DNS and ``instance_host_ports``, no link-local address (the cloud's
     metadata service), and no connection accepted. Without ``nft`` the worker logs that they
     are not held."""
-    instance_host_ports: tuple[int, ...] = ()
+    instance_host_ports: tuple[Annotated[int, Field(ge=1, le=65535)], ...] = ()
     """Ports of this host that isolated instances may reach besides the broker's and DNS (a
     local agent's, say); comma-separated in the environment."""
     instance_uids: str = "400000-465535"

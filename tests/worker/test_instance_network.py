@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from pydantic import ValidationError
 
+from magnetar.worker.config import WorkerConfig
 from magnetar.worker.instance_network import InstanceNetwork, broker_ports, remove_table
 from magnetar.worker.runtime import ProcessRuntime
 from tests.integration.conftest import collect, produce, values
@@ -202,3 +204,10 @@ def test_an_isolated_function_reaches_the_broker_but_not_the_host_s_other_servic
     finally:
         api.close()
         remove_table(rules.table)
+
+
+def test_instance_host_ports_come_comma_separated_and_a_port_out_of_range_is_refused() -> None:
+    assert WorkerConfig(instance_host_ports="8125, 9000").instance_host_ports == (8125, 9000)
+    # nft would refuse the rules, and the worker would run its instances unheld
+    with pytest.raises(ValidationError, match="instance_host_ports"):
+        WorkerConfig(instance_host_ports="70000")
