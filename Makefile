@@ -23,7 +23,7 @@ V8_ANSWERS := magnetar/instance/javascript/_v8_answers.so
 # a C compiler, the instance sends through pulsar-client's Python producer (slower).
 OUTPUT_SENDS := magnetar/instance/_output_sends.so
 
-.PHONY: install apache-pulsar browser nftables demo test test-docker lint docs bench clean
+.PHONY: install apache-pulsar browser nftables guest-vm demo test test-docker lint docs bench clean
 
 install: $(STAMP) $(PULSAR_CLASSPATH) $(PULSAR_ADMIN_CLASSPATH) $(NATIVE_READER) $(V8_ANSWERS) \
 	$(OUTPUT_SENDS) nftables
@@ -110,10 +110,35 @@ nftables:
 			"will reach this host's services (install it: apt-get install nftables)"; \
 	fi
 
+# The cgroup v2 tests boot a Linux guest (tests/guest_vm.py): Debian's QEMU and static busybox,
+# installed when make runs as root with apt, and Debian's kernel, of which the image and the
+# modules the guest loads are unpacked into build/guest-kernel. Without them those tests skip.
+GUEST_KERNEL := build/guest-kernel
+GUEST_MODULES := drivers/virtio net/9p fs/9p fs/netfs fs/fscache
+guest-vm:
+	@if command -v qemu-system-x86_64 >/dev/null && [ -x /bin/busybox ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends qemu-system-x86 busybox-static; \
+	else \
+		echo "No QEMU, and not root with apt-get to install it: the cgroup v2 tests will be" \
+			"skipped (install it: apt-get install qemu-system-x86 busybox-static)"; \
+	fi
+	@if [ -d $(GUEST_KERNEL)/boot ] || ! command -v apt-get >/dev/null; then :; else \
+		package=$$(apt-cache depends linux-image-amd64 | sed -n 's/.*Depends: //p' | head -1); \
+		rm -rf $(GUEST_KERNEL).tmp && mkdir -p $(GUEST_KERNEL).tmp && \
+		(cd $(GUEST_KERNEL).tmp && apt-get download -qq "$$package" 2>/dev/null) && \
+		dpkg-deb --fsys-tarfile $(GUEST_KERNEL).tmp/"$$package"_*.deb | tar -x -C $(GUEST_KERNEL).tmp \
+			--wildcards './boot/vmlinuz-*' \
+			$(foreach folder,$(GUEST_MODULES),'./lib/modules/*/kernel/$(folder)/*') && \
+		rm $(GUEST_KERNEL).tmp/*.deb && mv $(GUEST_KERNEL).tmp $(GUEST_KERNEL) || \
+		echo "Debian's kernel could not be fetched: the cgroup v2 tests will be skipped"; \
+	fi
+
 demo: install
 	$(BIN)/python scripts/demo.py
 
-test: install browser
+test: install browser guest-vm
 	$(BIN)/python -m pytest
 
 # With a Docker engine: docker compose up (tests/docker), and the Apache Pulsar suites against

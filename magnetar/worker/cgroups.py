@@ -6,6 +6,12 @@ hierarchy of each controller it limits (``cpu_limits``, ``memory_limits``): cgro
 hierarchy per controller, v2 one for all (there the limits share the group). What the process
 forks stays in its group, and user code, running as another user, cannot leave it.
 
+cgroup v2 passes a controller on to the groups below a group only while that group holds no
+process of its own, and the worker's cgroup holds the worker (a systemd service's holds its
+processes). So on v2 the worker first moves what runs in its cgroup, itself and what it
+started, into a group of their own, ``<the worker's cgroup>/magnetar-worker``; another
+program's process there makes it give up instead (the cgroup is not the worker's to manage).
+
 That takes root or a cgroup delegated to the worker; where there is none, ``open_groups``
 says why and the worker runs its instances without the limit.
 """
@@ -18,7 +24,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from magnetar.worker.pids import pid_alive
@@ -28,6 +34,10 @@ __all__ = ["Cgroup", "InstanceGroups", "find_cgroup", "open_groups"]
 log = logging.getLogger(__name__)
 
 _GROUP = "magnetar-instances"
+_WORKER_GROUP = "magnetar-worker"
+"""Where a v2 worker moves the processes of its cgroup (see the module doc)."""
+_VACATE_TRIES = 3
+"""A process the worker starts while its cgroup is vacated lands there: list and move again."""
 _RELEASE_WAIT_S = 1.0
 
 
@@ -67,7 +77,10 @@ def find_cgroup(
         if kind == "cgroup" and controller in super_options and controller in own:
             return _within(mount_point, root, own[controller], 1)
         if kind == "cgroup2" and "" in own:
-            found = _within(mount_point, root, own[""], 2)
+            unified = PurePosixPath(own[""])
+            if unified.name == _WORKER_GROUP:  # moved there by a worker (this one or before)
+                unified = unified.parent
+            found = _within(mount_point, root, str(unified), 2)
             if isinstance(found, str):
                 why = found
             elif controller in (found.directory / "cgroup.controllers").read_text().split():
@@ -102,7 +115,7 @@ class InstanceGroups:
         them), and remove empty groups of workers that are gone; OSError if the worker may
         not."""
         if self.version == 2:
-            self._enable(self._parent)
+            self._enable_with_processes_moved(self._parent)
         self.root.mkdir(exist_ok=True)
         if self.version == 2:
             self._enable(self.root)
@@ -141,6 +154,57 @@ class InstanceGroups:
         control = directory / "cgroup.subtree_control"
         if self.controller not in control.read_text().split():
             control.write_text(f"+{self.controller}")
+
+    def _enable_with_processes_moved(self, directory: Path) -> None:
+        """``_enable`` in the worker's own cgroup, once its processes are in
+        ``_WORKER_GROUP``; OSError naming a process that is not the worker's."""
+        if not (directory / "cgroup.type").exists():  # the root, where processes may stay
+            self._enable(directory)
+            return
+        for attempt in range(_VACATE_TRIES):
+            held = [int(pid) for pid in (directory / "cgroup.procs").read_text().split()]
+            strangers = [pid for pid in held if not _started_by_worker(pid)]
+            if strangers:
+                raise OSError(
+                    errno.EBUSY,
+                    f"cgroup v2 enables the {self.controller} controller for the groups below "
+                    f"{directory} only once no process is in it, and it holds processes that "
+                    f"are not the worker's ({_described(strangers)}): run the worker in a "
+                    "cgroup of its own (a systemd service with Delegate=yes)",
+                )
+            if held:
+                (directory / _WORKER_GROUP).mkdir(exist_ok=True)
+                for pid in held:
+                    with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+                        (directory / _WORKER_GROUP / "cgroup.procs").write_text(str(pid))
+            try:
+                self._enable(directory)
+                return
+            except OSError as error:
+                if error.errno != errno.EBUSY or attempt == _VACATE_TRIES - 1:
+                    raise
+
+
+def _started_by_worker(pid: int) -> bool:
+    """``pid`` is the worker or a process it started (its child, or theirs)."""
+    own = os.getpid()
+    while pid != own:
+        if pid <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # exited: it no longer holds the cgroup
+            return True
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return True
+
+
+def _described(pids: list[int]) -> str:
+    named = []
+    for pid in pids[:3]:
+        with contextlib.suppress(OSError):
+            named.append(f"{Path(f'/proc/{pid}/comm').read_text().strip()} {pid}")
+    return ", ".join(named) + (f" and {len(pids) - 3} more" if len(pids) > 3 else "")
 
 
 _Groups = TypeVar("_Groups", bound=InstanceGroups)

@@ -1,6 +1,7 @@
 """CPU limits: an instance process is held to its ``resources.cpu`` by a cgroup quota, from
 before its function loads until it exits, and its user code cannot leave the group; and the
-worker's cgroup is found from what ``/proc`` says, on cgroup v1, v2 and in a container."""
+worker's cgroup is found from what ``/proc`` says, on cgroup v1, v2 and in a container (a
+guest on cgroup v2 runs some of these tests too: ``test_cgroup_v2``)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ def test_on_v2_the_cpu_controller_must_be_offered(tmp_path: Path) -> None:
     )
     (group / "cgroup.controllers").write_text("cpu memory pids\n")
     assert find_cgroup("cpu", mounts, "0::/workers\n") == Cgroup(group, 2)
+    # where a worker moved what ran in its cgroup (see test_cgroup_v2), its cgroup stays that
+    assert find_cgroup("cpu", mounts, "0::/workers/magnetar-worker\n") == Cgroup(group, 2)
 
 
 def test_without_a_cpu_hierarchy_the_reason_says_so() -> None:
