@@ -272,7 +272,7 @@ def test_a_broker_outage_redelivers_inputs_instead_of_acknowledging_them(
         "inputs": ["outage-in"],
         # batches held for their delay (not sent as soon as no input waits), so the outage
         # finds journal writes in flight
-        "producer_config": {"batchingConfig": {"batchingMaxPublishDelayMs": 10}},
+        "producer_config": {"batchingConfig": {"batchingMaxPublishDelayMs": 500}},
     }
     options = InstanceOptions(send_timeout_ms=1000, retry_delay_ms=200)
     queries = StateQueryService(client, tmp_path / "outage-queries")
@@ -289,6 +289,10 @@ def test_a_broker_outage_redelivers_inputs_instead_of_acknowledging_them(
                 producer.send_async(line.encode(), None)
                 time.sleep(0.002)
                 if line is lines[100]:
+                    # once its journal write is issued: it is held for the batch's delay, so
+                    # the broker stops under it (stopped at a fixed time instead, a loaded
+                    # machine's instance had not yet received the line, and nothing failed)
+                    wait_for(lambda: instance.metrics.processed >= 101)
                     broker.stop()
                     time.sleep(3)  # the journal sends in flight time out
                     broker.start()  # on its port, the clients reconnect
