@@ -11,7 +11,8 @@ directories) is then out of reach by file permissions.
 
 What every user may write (``/tmp``, ``/dev/shm``, System V IPC) is not shared either: a
 user with ``private`` set gets a view of its own (``magnetar.instance.sandbox``), read-only
-but for its directory.
+but for its directory. Abstract Unix sockets, which no file permission holds, and signals
+are scoped to the instance's own processes where the kernel can (``landlock``).
 
 The environment is scrubbed whether or not the user changes: the worker's settings
 (``MAGNETAR_*``, its token settings among them) and Pulsar's client credentials
@@ -30,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from magnetar.instance import sandbox
+from magnetar.instance import landlock, sandbox
 
-__all__ = ["InstanceUser", "drop_privileges", "instance_environment"]
+__all__ = ["InstanceUser", "drop_privileges", "instance_environment", "scope_early"]
 
 _PR_SET_NO_NEW_PRIVS = 38
 _WORKER_SETTINGS = "MAGNETAR_"
@@ -57,14 +58,21 @@ class InstanceUser:
 
 
 def drop_privileges(
-    user: InstanceUser, tmp_bytes: int | None = None, detached: bool = False
+    user: InstanceUser,
+    tmp_bytes: int | None = None,
+    detached: bool = False,
+    scoped: bool = False,
 ) -> None:
     """Become ``user`` for good (this process and its threads): its own view of the files
-    (``private``: with ``tmp_bytes`` for its ``/tmp``, ``/var/tmp`` and ``/dev/shm``), no
-    supplementary groups, its gid and uid (real, effective and saved), no new privileges, its
-    directory as cwd and home, at most ``max_tasks`` processes and threads. ``detached``: the
-    process took its namespaces already, before its threads started (an IPC one too if
-    ``private``). Raises ``OSError`` unless the process may (it must be root)."""
+    (``private``: with ``tmp_bytes`` for its ``/tmp``, ``/var/tmp`` and ``/dev/shm``), its
+    own abstract sockets and signals, no supplementary groups, its gid and uid (real,
+    effective and saved), no new privileges, its directory as cwd and home, at most
+    ``max_tasks`` processes and threads. ``detached``: the process took its namespaces
+    already, before its threads started (an IPC one too if ``private``); ``scoped``: its
+    Landlock scope likewise (``scope_early``). Raises ``OSError`` unless the process may (it
+    must be root)."""
+    if not scoped and landlock.scopes_unavailable() is None:
+        landlock.scope_to_own()  # else the worker said at start that it cannot
     reach = [*sandbox.python_paths(), user.work_dir]
     if user.private:
         if not detached:
@@ -82,6 +90,18 @@ def drop_privileges(
     os.chdir(user.work_dir)
     os.environ["HOME"] = str(user.work_dir)
     os.environ["TMPDIR"] = str(user.work_dir / "tmp")
+
+
+def scope_early() -> bool:
+    """Take the Landlock scope of ``drop_privileges`` now, before any thread starts (threads
+    started earlier would stay out of it); False where it cannot be taken here."""
+    if landlock.scopes_unavailable() is not None:
+        return False
+    try:
+        landlock.scope_to_own()
+    except OSError:  # tried again by drop_privileges, which says why
+        return False
+    return True
 
 
 def instance_environment(environment: Mapping[str, str]) -> dict[str, str]:

@@ -53,7 +53,7 @@ from magnetar.instance.in_flight import InFlight, read_in_flight
 from magnetar.instance.instance import FunctionInstance, InstanceOptions
 from magnetar.instance.instance_log import instance_log_path
 from magnetar.instance.metrics import MetricsSnapshot
-from magnetar.instance.privileges import drop_privileges, instance_environment
+from magnetar.instance.privileges import drop_privileges, instance_environment, scope_early
 from magnetar.instance.process import InstanceExit, InstanceProcessSpec, run_instance_process
 from magnetar.instance.publish_policy import ANYWHERE, PublishPolicy
 from magnetar.instance.url_hosts import PUBLIC_HOSTS, UrlHostRule
@@ -300,24 +300,25 @@ def _run_instance(
     broker_url: str, pipe: _WorkerPipe, preconnect: bool, isolated: bool, private: bool
 ) -> None:
     """The instance process. ``isolated`` (it will run as an instance user): it takes its
-    namespaces first, before any thread starts (an IPC one too when ``private``: instances get
-    views of their own). With ``preconnect`` it connects to the broker (with no credentials)
-    and then waits for the spec of the instance to run, so a warm process only has to
-    subscribe once it is handed one; a spec with credentials of its own gets a client of its
-    own. Before anything of the function is loaded, the process drops what the worker's
-    environment holds for the worker alone and, when the spec names a user, becomes that
-    user. It runs ``run_instance_process`` with a lifeline to the worker, so an instance
-    whose worker was killed drains and exits instead of running unsupervised (and
-    twice, once its instances are rescheduled elsewhere)."""
+    namespaces and its Landlock scope first, before any thread starts (an IPC namespace too
+    when ``private``: instances get views of their own). With ``preconnect`` it connects to
+    the broker (with no credentials) and then waits for the spec of the instance to run, so
+    a warm process only has to subscribe once it is handed one; a spec with credentials of
+    its own gets a client of its own. Before anything of the function is loaded, the process
+    drops what the worker's environment holds for the worker alone and, when the spec names
+    a user, becomes that user. It runs ``run_instance_process`` with a lifeline to the
+    worker, so an instance whose worker was killed drains and exits instead of running
+    unsupervised (and twice, once its instances are rescheduled elsewhere)."""
     _name_process(WARM_PROCESS_NAME)
     # Ctrl-C reaches the whole process group: the worker decides what stops (a waiting
     # process exits when the worker closes its pipe; an instance sets its own handler).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    detached = False
+    detached = scoped = False
     if isolated:
         with contextlib.suppress(OSError, RuntimeError):  # tried again, and told, with the spec
             sandbox.detach(ipc=private)
             detached = True
+        scoped = scope_early()
     client = create_client(broker_url) if preconnect else None
     spec = pipe.receive_spec()
     if spec is None or spec.connection is not None:
@@ -331,7 +332,7 @@ def _run_instance(
     os.environ.update(scrubbed)
     if spec.user is not None:
         try:
-            drop_privileges(spec.user, spec.ram_bytes, detached)
+            drop_privileges(spec.user, spec.ram_bytes, detached, scoped)
         except (OSError, RuntimeError) as error:  # said in its status, like any failed start
             pipe.put(InstanceExit(spec.instance_id, f"cannot isolate the instance: {error}"))
             return

@@ -18,6 +18,7 @@ import httpx
 import uvicorn
 
 from magnetar.client import create_client
+from magnetar.instance.landlock import scopes_unavailable
 from magnetar.statestore import StateQueryService
 from magnetar.worker.admission import Admission, AdmissionLimits
 from magnetar.worker.assignments import AssignmentManager
@@ -448,6 +449,13 @@ def _instance_isolation(config: WorkerConfig) -> InstanceIsolation | None:
             "the token secret key %s is readable by other users, so by functions too: "
             "chmod 600 it (and keep it in a directory they cannot search)",
             exposed,
+        )
+    unscoped = scopes_unavailable()
+    if unscoped is not None:
+        log.warning(
+            "instances may connect to the abstract Unix sockets of this host's processes, "
+            "other tenants' instances included: %s",
+            unscoped,
         )
     return InstanceIsolation(
         root, parse_uid_range(config.instance_uids), max_tasks=config.instance_max_tasks
