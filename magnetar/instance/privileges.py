@@ -12,7 +12,9 @@ directories) is then out of reach by file permissions.
 What every user may write (``/tmp``, ``/dev/shm``, System V IPC) is not shared either: a
 user with ``private`` set gets a view of its own (``magnetar.instance.sandbox``), read-only
 but for its directory. Abstract Unix sockets, which no file permission holds, and signals
-are scoped to the instance's own processes where the kernel can (``landlock``).
+are scoped to the instance's own processes where the kernel can (``landlock``), and the
+system calls of what the kernel keeps per uid or exposes most (its keyrings, user
+namespaces, io_uring) are refused (``syscall_filter``).
 
 The environment is scrubbed whether or not the user changes: the worker's settings
 (``MAGNETAR_*``, its token settings among them) and Pulsar's client credentials
@@ -31,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from magnetar.instance import landlock, sandbox
+from magnetar.instance import landlock, sandbox, syscall_filter
 
 __all__ = ["InstanceUser", "drop_privileges", "instance_environment", "scope_early"]
 
@@ -66,11 +68,11 @@ def drop_privileges(
     """Become ``user`` for good (this process and its threads): its own view of the files
     (``private``: with ``tmp_bytes`` for its ``/tmp``, ``/var/tmp`` and ``/dev/shm``), its
     own abstract sockets and signals, no supplementary groups, its gid and uid (real,
-    effective and saved), no new privileges, its directory as cwd and home, at most
-    ``max_tasks`` processes and threads. ``detached``: the process took its namespaces
-    already, before its threads started (an IPC one too if ``private``); ``scoped``: its
-    Landlock scope likewise (``scope_early``). Raises ``OSError`` unless the process may (it
-    must be root)."""
+    effective and saved), no new privileges, the system calls of ``syscall_filter`` refused,
+    its directory as cwd and home, at most ``max_tasks`` processes and threads.
+    ``detached``: the process took its namespaces already, before its threads started (an
+    IPC one too if ``private``); ``scoped``: its Landlock scope likewise (``scope_early``).
+    Raises ``OSError`` unless the process may (it must be root)."""
     if not scoped and landlock.scopes_unavailable() is None:
         landlock.scope_to_own()  # else the worker said at start that it cannot
     reach = [*sandbox.python_paths(), user.work_dir]
@@ -87,6 +89,8 @@ def drop_privileges(
     os.setresuid(user.uid, user.uid, user.uid)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if syscall_filter.filter_unavailable() is None:  # else the worker said so at start
+            syscall_filter.refuse_syscalls()
     os.chdir(user.work_dir)
     os.environ["HOME"] = str(user.work_dir)
     os.environ["TMPDIR"] = str(user.work_dir / "tmp")

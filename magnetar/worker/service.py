@@ -19,6 +19,7 @@ import uvicorn
 
 from magnetar.client import create_client
 from magnetar.instance.landlock import scopes_unavailable
+from magnetar.instance.syscall_filter import filter_unavailable
 from magnetar.statestore import StateQueryService
 from magnetar.worker.admission import Admission, AdmissionLimits
 from magnetar.worker.assignments import AssignmentManager
@@ -456,6 +457,13 @@ def _instance_isolation(config: WorkerConfig) -> InstanceIsolation | None:
             "instances may connect to the abstract Unix sockets of this host's processes, "
             "other tenants' instances included: %s",
             unscoped,
+        )
+    unfiltered = filter_unavailable()
+    if unfiltered is not None:
+        log.warning(
+            "instances may use the kernel's keyrings (which the next instance given their uid "
+            "reads), user namespaces and io_uring: %s",
+            unfiltered,
         )
     return InstanceIsolation(
         root, parse_uid_range(config.instance_uids), max_tasks=config.instance_max_tasks
