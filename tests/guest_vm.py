@@ -44,17 +44,19 @@ B=/bin/busybox
 $B mount -t devtmpfs dev /dev
 for module in {modules}; do $B insmod /modules/$module.ko || exit 1; done
 $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose host /host
-$B mount -t tmpfs tmp /host/tmp
-$B cp /script.sh /host/tmp/script.sh
+$B mount -t tmpfs run /host/run
+$B cp /script.sh /host/run/script.sh
 $B mount --move /dev /host/dev
-exec $B switch_root /host /bin/sh /tmp/script.sh
+exec $B switch_root /host /bin/sh /run/script.sh
 """
 _PREAMBLE = """exec 2>&1
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
+mkdir /run/tmp && export TMPDIR=/run/tmp
 """
-"""What every script starts with: the guest's own /proc, /sys and /dev/shm."""
+"""What every script starts with: the guest's own /proc, /sys and /dev/shm, and a temporary
+directory in /run (written over /tmp, a tmpfs would hide a checkout there)."""
 
 
 def _kernel() -> tuple[Path, Path] | None:

@@ -33,7 +33,7 @@ mkdir /sys/fs/cgroup/system.slice /sys/fs/cgroup/system.slice/magnetar.service
 echo "+cpu +memory" > /sys/fs/cgroup/system.slice/cgroup.subtree_control
 echo $$ > /sys/fs/cgroup/system.slice/magnetar.service/cgroup.procs
 cd {root}
-export HOME=/tmp PYTHONDONTWRITEBYTECODE=1
+export HOME=/run/tmp PYTHONDONTWRITEBYTECODE=1
 exec {python} -m pytest -p no:cacheprovider --color=no -q -rA {tests}
 """
 
