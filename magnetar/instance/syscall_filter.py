@@ -62,6 +62,8 @@ _CLONE3 = 435  # the same on both
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low word)
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
 
 class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -82,8 +84,7 @@ def refuse_syscalls() -> None:
     program = _assemble(machine)
     buffer = ctypes.create_string_buffer(program)
     header = _Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    done = libc.syscall(
+    done = _libc.syscall(
         ctypes.c_long(machine.seccomp),
         ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
         ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC),
