@@ -54,7 +54,8 @@ class InstanceOptions:
     drain_timeout_s: float = 30.0
     """Longest wait for in-flight sends on a graceful stop."""
     send_timeout_ms: int = 30_000
-    """How long a send may wait for the broker before it fails (its inputs are redelivered)."""
+    """How long a send may wait for the broker before it fails (its inputs are redelivered);
+    EFFECTIVELY_ONCE outputs on a deduplicating broker wait as long as it takes."""
     window_restore_timeout_s: float = 10.0
     """After a restart, how long a window function waits for the inputs its windows held to be
     delivered again before its windows go on without those still missing."""

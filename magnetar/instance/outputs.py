@@ -14,8 +14,8 @@ import pulsar
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.options import InstanceOptions
+from magnetar.instance.output_sequence import sequence_id
 from magnetar.instance.partition_outputs import PartitionOutputs
-from magnetar.instance.positions import sequence_id
 from magnetar.topics import full_topic_name
 
 __all__ = ["INPUT_MSG_ID", "INPUT_TOPIC", "Outputs", "holds_batches"]
@@ -67,12 +67,19 @@ class Outputs:
         if config.output and effectively_once and options.broker_may_deduplicate:
             output = full_topic_name(config.output)
             self._by_partition = PartitionOutputs(
-                # unbatched, for the broker's deduplication (see partition_outputs)
+                # Unbatched, for the broker's deduplication (see partition_outputs). Without a
+                # send timeout, as Apache Pulsar's instances send: a send that timed out could
+                # be followed by later ones stored first, and its output, sent again, would be
+                # dropped; a producer that loses its connection sends again, in order.
                 lambda name: self._new_producer(
-                    output, producer_name=name, **{**settings, "batching_enabled": False}
+                    output,
+                    producer_name=name,
+                    **{**settings, "batching_enabled": False, "send_timeout_millis": 0},
                 ),
                 stopping,
                 options.output_producer_idle_s,
+                # what may be unacknowledged, and so sent again, at once
+                options.max_unacked + options.receiver_queue_size,
             )
         elif config.output:
             self.output = self.producer(config.output, **settings)
@@ -127,10 +134,13 @@ class Outputs:
         except Exception as error:
             raise InstanceError(f"cannot create a producer on {full}: {error}") from error
 
-    def result_kwargs(self, message: Any, message_id: Any, topic: str) -> dict[str, Any]:
+    def result_kwargs(
+        self, message: Any, message_id: Any, topic: str, sequenced: bool = True
+    ) -> dict[str, Any]:
         """How the result of ``message`` is sent: its event time and properties, and the
         input's topic and id (``trigger`` finds the result by them). Without the input's key,
-        as Apache Pulsar's Python runtime sends it."""
+        as Apache Pulsar's Python runtime sends it. ``sequenced``: with the sequence id of
+        its input's output under EFFECTIVELY_ONCE (taken: only for a result that is sent)."""
         properties = dict(message.properties()) if self._forward_properties else {}
         properties[INPUT_TOPIC] = topic
         properties[INPUT_MSG_ID] = base64.b64encode(message_id.serialize()).decode()
@@ -138,7 +148,11 @@ class Outputs:
         event_time = message.event_timestamp()
         if event_time:
             kwargs["event_timestamp"] = event_time
-        if self._sequence_ids:
+        if not (sequenced and self._sequence_ids):
+            return kwargs
+        if self._by_partition is not None:
+            kwargs["sequence_id"] = self._by_partition.sequence_id(topic, message_id)
+        else:
             kwargs["sequence_id"] = sequence_id(message_id)
         return kwargs
 

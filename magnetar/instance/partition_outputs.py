@@ -2,7 +2,7 @@
 
 The broker deduplicates by producer *name*: it remembers the highest sequence id stored for
 each name and drops a message that is not above it. An output's sequence id grows with its
-input's position (``positions.sequence_id``), which only holds within one input partition, so
+input's position (see ``output_sequence``), which only holds within one input partition, so
 each input partition's outputs go through a producer of their own, named after the partition
 as Apache Pulsar's instances name it (``PulsarSinkEffectivelyOnceProcessor``). An instance that
 takes a partition over after a crash reopens the name, and the broker drops the outputs of
@@ -31,6 +31,7 @@ from typing import Any
 import pulsar
 
 from magnetar.instance.exceptions import InstanceError
+from magnetar.instance.output_sequence import OutputSequence
 
 __all__ = ["PartitionOutputs"]
 
@@ -54,8 +55,11 @@ class PartitionOutputs:
         create: Callable[[str], Any],
         stopping: threading.Event,
         idle_close_s: float,
+        remembered: int,
     ) -> None:
-        """``create(name)``: a new producer on the output topic with that producer name."""
+        """``create(name)``: a new producer on the output topic with that producer name;
+        ``remembered``: how many sequence ids of a partition are kept (``OutputSequence``)."""
+        self._sequence = OutputSequence(remembered)
         self._create = create
         self._stopping = stopping
         self._idle_close_s = idle_close_s
@@ -68,10 +72,18 @@ class PartitionOutputs:
         named = self._producers.get(input_partition)
         now = time.monotonic()
         if named is None:
-            named = self._producers[input_partition] = _Named(self._open(input_partition), now)
+            producer = self._open(input_partition)
+            self._sequence.opened(input_partition, producer.last_sequence_id())
+            named = self._producers[input_partition] = _Named(producer, now)
         else:
             named.last_used = now
         return named.producer
+
+    def sequence_id(self, input_partition: str, message_id: Any) -> int:
+        """The sequence id of the output of ``message_id``, an input from
+        ``input_partition`` (see ``output_sequence``)."""
+        self.producer(input_partition)  # open: what its name held is known
+        return self._sequence.next_id(input_partition, message_id)
 
     def try_producer(self, name: str) -> Any:
         """The producer named ``name``, or None while another producer holds the name (it

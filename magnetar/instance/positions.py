@@ -1,4 +1,4 @@
-"""Message positions: skipping redeliveries (EFFECTIVELY_ONCE) and deriving sequence ids.
+"""Message positions: skipping redeliveries (EFFECTIVELY_ONCE).
 
 A consumer may be handed a message again; a message whose position was applied before (see
 ``magnetar.positions.AppliedPositions``) is a redelivery, unless it is being retried after a
@@ -11,17 +11,7 @@ from typing import Any
 
 from magnetar.positions import AppliedPositions, Position, position
 
-__all__ = ["RedeliveryFilter", "sequence_id"]
-
-
-def sequence_id(message_id: Any) -> int:
-    """A producer sequence id that grows with the input's position, so a broker with
-    deduplication drops the output of a replayed input."""
-    return int(
-        (message_id.ledger_id() << 40)
-        | (message_id.entry_id() << 12)
-        | ((message_id.batch_index() + 1) & 0xFFF)
-    )
+__all__ = ["RedeliveryFilter"]
 
 
 class RedeliveryFilter:

@@ -26,6 +26,9 @@ class FakeProducer:
     def close(self) -> None:
         self.closed = True
 
+    def last_sequence_id(self) -> int:
+        return -1
+
 
 class Names:
     """Producer names a broker hands out; ``busy`` ones are refused as held elsewhere."""
@@ -46,7 +49,7 @@ class Names:
 
 def test_one_producer_per_input_partition_named_after_it() -> None:
     names = Names()
-    outputs = PartitionOutputs(names.create, threading.Event(), idle_close_s=60)
+    outputs = PartitionOutputs(names.create, threading.Event(), idle_close_s=60, remembered=100)
 
     first = outputs.producer("persistent://public/default/in-partition-0")
     assert outputs.producer("persistent://public/default/in-partition-0") is first
@@ -61,7 +64,7 @@ def test_one_producer_per_input_partition_named_after_it() -> None:
 def test_a_name_still_held_elsewhere_is_asked_for_again() -> None:
     names = Names()
     names.busy["in"] = 3
-    outputs = PartitionOutputs(names.create, threading.Event(), idle_close_s=60)
+    outputs = PartitionOutputs(names.create, threading.Event(), idle_close_s=60, remembered=100)
 
     producer = outputs.producer("in")
 
@@ -72,7 +75,7 @@ def test_a_stop_ends_the_wait_for_a_busy_name_with_an_error() -> None:
     names = Names()
     names.busy["in"] = 1_000_000
     stopping = threading.Event()
-    outputs = PartitionOutputs(names.create, stopping, idle_close_s=60)
+    outputs = PartitionOutputs(names.create, stopping, idle_close_s=60, remembered=100)
     threading.Timer(0.3, stopping.set).start()
 
     with pytest.raises(InstanceError, match="stopped while waiting for output producer in"):
@@ -82,7 +85,7 @@ def test_a_stop_ends_the_wait_for_a_busy_name_with_an_error() -> None:
 
 def test_producers_of_quiet_partitions_are_flushed_and_closed() -> None:
     names = Names()
-    outputs = PartitionOutputs(names.create, threading.Event(), idle_close_s=0.2)
+    outputs = PartitionOutputs(names.create, threading.Event(), idle_close_s=0.2, remembered=100)
     quiet = outputs.producer("quiet")
     busy = outputs.producer("busy")
 

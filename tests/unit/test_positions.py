@@ -1,10 +1,10 @@
-"""Skipping redeliveries and deriving sequence ids from real pulsar message ids."""
+"""Skipping redeliveries, with real pulsar message ids."""
 
 from __future__ import annotations
 
 import pulsar
 
-from magnetar.instance.positions import RedeliveryFilter, sequence_id
+from magnetar.instance.positions import RedeliveryFilter
 from magnetar.positions import AppliedPositions, position
 
 
@@ -52,10 +52,3 @@ def test_batch_index_orders_messages_inside_an_entry() -> None:
     assert seen.is_redelivery("t", mid(3, 7, 1)) is False
     assert seen.is_redelivery("t", mid(3, 7, 0)) is True
     assert position(mid(3, 7, 1)) == (3, 7, 1)
-
-
-def test_sequence_ids_grow_with_the_position() -> None:
-    ids = [mid(1, 0), mid(1, 0, 0), mid(1, 0, 1), mid(1, 1), mid(2, 0)]
-    ordered = sorted(ids, key=position)
-    assert [sequence_id(m) for m in ordered] == sorted(sequence_id(m) for m in ids)
-    assert len({sequence_id(m) for m in ids}) == len(ids)

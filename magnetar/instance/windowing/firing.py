@@ -142,9 +142,10 @@ class WindowFiring:
             context.window = None
         message_id = newest.message.message_id()
         if content is not None:
-            kwargs = self._outputs.result_kwargs(newest.message, message_id, newest.topic)
-            for field in ("event_timestamp", "sequence_id"):
-                kwargs.pop(field, None)  # they describe one input, not a window
+            kwargs = self._outputs.result_kwargs(
+                newest.message, message_id, newest.topic, sequenced=False
+            )
+            kwargs.pop("event_timestamp", None)  # it describes one input, not a window
             if self._event_time and activation.end:
                 kwargs["event_timestamp"] = activation.end
             self._sender.send(chunk, output, content, kwargs)
