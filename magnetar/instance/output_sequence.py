@@ -34,16 +34,18 @@ log = logging.getLogger(__name__)
 
 _SLOT_BITS = 12
 """Low bits of an id: the input's batch index + 1 (0 for a message sent alone)."""
+_SLOT_MASK = (1 << _SLOT_BITS) - 1
 
 
 def sequence_id(message_id: Any) -> int:
     """A producer sequence id that grows with the input's position, so a broker with
     deduplication drops the output of a replayed input."""
-    return int(
-        (message_id.ledger_id() << 40)
-        | (message_id.entry_id() << _SLOT_BITS)
-        | ((message_id.batch_index() + 1) & ((1 << _SLOT_BITS) - 1))
-    )
+    return _of_position(position(message_id))
+
+
+def _of_position(current: Position) -> int:
+    ledger, entry, batch_index = current
+    return int((ledger << 40) | (entry << _SLOT_BITS) | ((batch_index + 1) & _SLOT_MASK))
 
 
 @dataclass
@@ -83,7 +85,7 @@ class OutputSequence:
         given = series.given.get(current)
         if given is not None:
             return given
-        own = sequence_id(message_id)
+        own = _of_position(current)
         if own > series.highest or own <= series.taken_at:
             chosen = own
         elif (series.highest + 1) >> _SLOT_BITS == series.highest >> _SLOT_BITS:
