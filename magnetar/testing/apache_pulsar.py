@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -191,8 +192,9 @@ class ApachePulsarStandalone:
     archived (class data sharing), which makes every later start cheaper. ``classpath`` (a
     Java classpath, e.g. a Pulsar distribution's ``lib/*``) or ``classpath_file`` replace the
     classpath ``make apache-pulsar`` wrote. ``authorization`` turns token authentication and
-    authorization on (:meth:`admin` then calls as the first superuser). The process ends when
-    its parent does (on Linux), and :meth:`stop` shuts it down gracefully.
+    authorization on (:meth:`admin` then calls as the first superuser). ``settings`` are more
+    ``standalone.conf`` settings (a later one wins). The process ends when its parent does (on
+    Linux), and :meth:`stop` shuts it down gracefully.
     """
 
     def __init__(
@@ -207,8 +209,10 @@ class ApachePulsarStandalone:
         classpath: str | None = None,
         classpath_file: str | os.PathLike[str] = CLASSPATH_FILE,
         authorization: TokenAuthorization | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.authorization = authorization
+        self.settings = dict(settings or {})
         self.data_dir = Path(data_dir)
         self.host = host
         self.heap_mb = heap_mb
@@ -311,6 +315,7 @@ class ApachePulsarStandalone:
                 keep_alive_s=self.keep_alive_s,
             )
             + self._authorization_config()
+            + "".join(f"{key}={value}\n" for key, value in self.settings.items())
         )
         command = [
             java,

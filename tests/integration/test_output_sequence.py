@@ -1,23 +1,64 @@
 """EFFECTIVELY_ONCE outputs on Apache Pulsar's deduplication when a partition's inputs are
 handled out of order, as a Failover take-over may hand them: every output is stored, and none
 twice when the inputs are handled again (by the same instance after a failed send, or by
-its successor)."""
+its successor). First at the seam (``Outputs`` fed inputs in an order chosen here), then end
+to end on a broker configured to hand a take-over later inputs first every time."""
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 
-from magnetar.instance import FunctionConfig, InstanceOptions
+from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
 from magnetar.instance.outputs import Outputs
+from magnetar.testing import ApachePulsarStandalone
 from magnetar.worker.broker_admin import BrokerAdmin
-from tests.conftest import EXAMPLES
-from tests.integration.conftest import produce, wait_for
+from tests.conftest import EXAMPLES, KEEP_ALIVE_S
+from tests.integration.conftest import produce, python_file, wait_for
+
+REORDERING = {
+    "unblockStuckSubscriptionEnabled": "true",
+    "statsUpdateInitialDelayInSecs": "1",
+    "statsUpdateFrequencyInSecs": "1",
+    "activeConsumerFailoverDelayTimeMillis": "4000",
+}
+"""A broker that hands a Failover take-over later messages first, every time: its check for
+stuck subscriptions (on, every second) reads for the new active consumer before the take-over's
+rewind (4 s later) sends what the old one left unacknowledged. Apache Pulsar's default
+configuration does the same now and then (see ``output_sequence``)."""
+
+SLOW = """
+    import time
+
+    def process(input, context):
+        time.sleep(0.005)  # the killed instance holds many inputs received, not yet handled
+        return input + "!"
+"""
+
+VICTIM = """
+import sys, time, pulsar
+from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
+url, code, topic, output, name = sys.argv[1:]
+client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+config = FunctionConfig(name=name, py=code, inputs=[topic], output=output,
+                        processing_guarantees="EFFECTIVELY_ONCE", subscription_position="Earliest")
+FunctionInstance(config, client, InstanceOptions(instance_id=1)).start()
+print("started", flush=True)
+time.sleep(600)
+"""
 
 _PROBE = b"probe"
 
@@ -41,22 +82,6 @@ def received(client: pulsar.Client, topic: str, count: int) -> list[Any]:
     messages = [consumer.receive(10_000) for _ in range(count)]
     consumer.close()
     return messages
-
-
-def stored(client: pulsar.Client, topic: str) -> list[str]:
-    """Every output the topic holds, repeats included (not the probes)."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    values: list[str] = []
-    try:
-        while True:
-            try:
-                data = reader.read_next(2000).data()
-            except pulsar.Timeout:
-                return values
-            if data != _PROBE:
-                values.append(data.decode())
-    finally:
-        reader.close()
 
 
 @pytest.mark.brokers("apache")
@@ -89,4 +114,115 @@ def test_outputs_of_inputs_handled_out_of_order_are_stored_once(
     handle([3, 4, 5, 0, 1, 2, 0])  # taken over out of order; the last one sent again
     handle(range(6))  # its successor, handed everything again
 
-    assert sorted(stored(client, output)) == [f"v{i}!" for i in range(6)]
+    expected = [f"v{i}!" for i in range(6)]
+    assert sorted(collect_all(client, output, set(expected), 30)) == expected
+
+
+@pytest.fixture(scope="module")
+def reordering_pulsar(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApachePulsarStandalone]:
+    if request.config.getoption("apache_pulsar") != "maven":
+        pytest.skip("starts an Apache Pulsar of its own from the jars `make apache-pulsar` fetched")
+    with ApachePulsarStandalone(
+        tmp_path_factory.mktemp("reordering-pulsar"),
+        keep_alive_s=KEEP_ALIVE_S,
+        quick_start=True,
+        settings=REORDERING,
+    ) as broker:
+        yield broker
+
+
+@pytest.mark.brokers("apache")
+def test_a_take_over_handed_later_inputs_first_loses_no_output(
+    reordering_pulsar: ApachePulsarStandalone,
+    topic: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The active instance is killed (-9) holding inputs it received but had not handled; the
+    other instance is handed later inputs first, then those. Every output is stored once."""
+    broker = reordering_pulsar
+    client = pulsar.Client(
+        broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    # one partition: the active consumer is the one whose name sorts first, the newer
+    created = broker.admin("PUT", f"/admin/v2/persistent/public/default/{topic}/partitions", json=1)
+    assert created.status_code == 204, created.text
+    output = deduplicated_output(client, broker.admin_url, f"{topic}-out")
+    code = python_file(tmp_path, "slow.py", SLOW)
+    name = f"eo-{uuid.uuid4().hex[:6]}"
+    config = FunctionConfig(
+        name=name,
+        py=code,
+        inputs=[topic],
+        output=output,
+        processing_guarantees="EFFECTIVELY_ONCE",
+        subscription_position="Earliest",
+    )
+    survivor = FunctionInstance(config, client, InstanceOptions(instance_id=0)).start()
+    victim = subprocess.Popen(
+        [sys.executable, "-c", VICTIM, broker.service_url, code, topic, output, name],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "started"
+        # subscribed (newer, its name sorts first), and the broker done with the changes of
+        # active consumer that the two subscribing made
+        time.sleep(6)
+        # more than both instances prefetch: the survivor, handed the later ones first, is
+        # still busy with them when the rewind comes (a broker that rewinds while a
+        # consumer waits for new messages reads on from where it was, and never sends
+        # what the rewind gave back)
+        values = [f"v{i}" for i in range(3000)]
+        send(client, topic, values)
+        time.sleep(1)  # it has received many, handled some
+        assert survivor.metrics.received == 0, "the killed instance was not the active one"
+        os.kill(victim.pid, signal.SIGKILL)
+        with caplog.at_level(logging.WARNING, logger="magnetar.instance.output_sequence"):
+            outputs = collect_all(client, output, {f"{v}!" for v in values}, 60)
+    finally:
+        victim.kill()
+        victim.wait()
+        survivor.stop()
+        survivor.wait(30)
+        client.close()
+
+    counts = Counter(outputs)
+    missing = sorted(set(f"{v}!" for v in values) - set(counts), key=lambda v: int(v[1:-1]))
+    assert not missing, f"{len(missing)} outputs missing, e.g. {missing[:5]}"
+    assert [v for v, n in counts.items() if n > 1] == []
+    assert "came after later ones (a Failover take-over)" in caplog.text, (
+        "the broker handed the survivor no later input first: the test showed nothing"
+    )
+
+
+def send(client: pulsar.Client, topic: str, values: Sequence[str]) -> None:
+    """``values``, one message each, as fast as the broker takes them."""
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    for value in values:
+        producer.send_async(value.encode(), None)
+    producer.flush()
+    producer.close()
+
+
+def collect_all(client: pulsar.Client, topic: str, expected: set[str], timeout: float) -> list[str]:
+    """The topic's outputs, repeats included, once all of ``expected`` arrived (or the
+    timeout), and a moment more for late repeats."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    found: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                data = reader.read_next(2000).data()
+            except pulsar.Timeout:
+                if expected <= set(found):
+                    return found
+                continue
+            if data != _PROBE:
+                found.append(data.decode())
+        return found
+    finally:
+        reader.close()
