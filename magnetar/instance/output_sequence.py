@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 _SLOT_BITS = 12
 """Low bits of an id: the input's batch index + 1 (0 for a message sent alone)."""
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
+_LOG_EVERY = 1000
 
 
 def sequence_id(message_id: Any) -> int:
@@ -57,6 +58,9 @@ class _Series:
     """The highest id given since."""
     given: OrderedDict[Position, int] = field(default_factory=OrderedDict)
     """The ids given, by input position (the most recent ones)."""
+    moved: int = 0
+    """Outputs given the id after the highest (the first is logged, then one in
+    ``_LOG_EVERY``)."""
 
 
 class OutputSequence:
@@ -90,14 +94,18 @@ class OutputSequence:
             chosen = own
         elif (series.highest + 1) >> _SLOT_BITS == series.highest >> _SLOT_BITS:
             chosen = series.highest + 1
-            log.warning(
-                "message %s of %s came after later ones (a Failover take-over): its output "
-                "is sent with sequence id %d instead of %d, so the broker keeps it",
-                message_id,
-                partition,
-                chosen,
-                own,
-            )
+            series.moved += 1
+            if series.moved % _LOG_EVERY == 1:  # a take-over may hand back thousands
+                log.warning(
+                    "message %s of %s came after later ones (a Failover take-over): its "
+                    "output is sent with sequence id %d instead of %d, so the broker keeps it "
+                    "(%d so far for this partition)",
+                    message_id,
+                    partition,
+                    chosen,
+                    own,
+                    series.moved,
+                )
         else:
             chosen = own
             log.error(

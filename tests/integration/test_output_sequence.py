@@ -45,6 +45,8 @@ SLOW = """
 
     def process(input, context):
         time.sleep(0.005)  # the killed instance holds many inputs received, not yet handled
+        with open({handed!r}, "a") as handed:  # what the broker handed either instance
+            handed.write(input + "\\n")
         return input + "!"
 """
 
@@ -150,7 +152,8 @@ def test_a_take_over_handed_later_inputs_first_loses_no_output(
     created = broker.admin("PUT", f"/admin/v2/persistent/public/default/{topic}/partitions", json=1)
     assert created.status_code == 204, created.text
     output = deduplicated_output(client, broker.admin_url, f"{topic}-out")
-    code = python_file(tmp_path, "slow.py", SLOW)
+    handed = tmp_path / "handed"
+    code = python_file(tmp_path, "late_inputs.py", SLOW.format(handed=str(handed)))
     name = f"eo-{uuid.uuid4().hex[:6]}"
     config = FunctionConfig(
         name=name,
@@ -190,8 +193,13 @@ def test_a_take_over_handed_later_inputs_first_loses_no_output(
         client.close()
 
     counts = Counter(outputs)
-    missing = sorted(set(f"{v}!" for v in values) - set(counts), key=lambda v: int(v[1:-1]))
-    assert not missing, f"{len(missing)} outputs missing, e.g. {missing[:5]}"
+    missing = sorted(set(values) - {v[:-1] for v in counts}, key=lambda v: int(v[1:]))
+    # The broker may also skip a read of the rewind's (up to 100 inputs, one run in about
+    # seven here): those come again only on the next reconnection, and are not handed to
+    # the function within the test. A lost output is one of an input that was handed.
+    lost = set(missing) & set(handed.read_text().split())
+    assert not lost, f"{len(lost)} outputs lost of {len(missing)} missing, e.g. {missing[:5]}"
+    assert len(missing) <= 100, f"{len(missing)} inputs never handed, e.g. {missing[:5]}"
     assert [v for v, n in counts.items() if n > 1] == []
     assert "came after later ones (a Failover take-over)" in caplog.text, (
         "the broker handed the survivor no later input first: the test showed nothing"

@@ -49,6 +49,8 @@ def test_an_input_after_later_ones_gets_the_id_after_the_highest(
     assert late == [early[-1] + 1, early[-1] + 2, early[-1] + 3]
     assert after == sequence_id(mid(46, 523)) > late[-1]
     assert "message (46,518,1,-1) of " + PARTITION + " came after later ones" in caplog.text
+    assert caplog.text.count("came after later ones") == 1  # the first of them
+    assert "(1 so far for this partition)" in caplog.text
 
 
 def test_an_input_at_or_below_what_the_name_held_keeps_its_id() -> None:
