@@ -6,9 +6,10 @@ grows with its input's position (``sequence_id``), so the output of a replayed i
 dropped. That holds only while each partition's inputs are handled in order, and a Failover
 take-over can break the order: before the delayed rewind that sends the new active consumer
 what the old one left unacknowledged, Apache Pulsar may already hand it later messages (its
-dispatcher reads for the new consumer when a send to the old one completes), and pulsar-lite
-does the same. The first of the older inputs would get an id below one already stored, and
-the broker would drop an output that was never stored (a kill -9 test lost 3 of 4,000).
+dispatcher reads for the new consumer when a send to the old one completes, and so does its
+stuck-subscription check), as pulsar-lite does (which does not deduplicate). The first of
+the older inputs would get an id below one already stored, and the broker would drop an
+output that was never stored (a kill -9 test lost 3 of 4,000).
 
 So an input handled here for the first time, whose id is at or below the highest this process
 has given under the name but above what the name held when this process took it (everything
@@ -16,7 +17,9 @@ up to that was handled before), gets the id after the highest instead: the broke
 and a later replay of the input, with its own lower id, is dropped. An input sent before by
 this process (again, after a failed send) gets the id it had. The ids to spare are those of
 the highest one's entry, 4,095 less its batch index; past them the output would be dropped,
-and that is logged as an error.
+and that is logged as an error. Not covered: an instance that was handed the later inputs
+and loses the partition before the earlier ones come; their next owner cannot tell them from
+replays (``docs/apache-pulsar.md``).
 """
 
 from __future__ import annotations
@@ -109,8 +112,9 @@ class OutputSequence:
         else:
             chosen = own
             log.error(
-                "message %s of %s came after later ones (a Failover take-over), more than "
-                "4,095 of them: the broker's deduplication will drop its output",
+                "message %s of %s came after later ones (a Failover take-over), more of "
+                "them than one entry has ids to spare (4,095): the broker's deduplication "
+                "will drop its output",
                 message_id,
                 partition,
             )

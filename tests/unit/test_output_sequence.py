@@ -92,7 +92,7 @@ def test_batches_leave_fewer_ids_to_spare(caplog: pytest.LogCaptureFixture) -> N
     assert sequence.next_id(PARTITION, mid(46, 3)) == highest + 1
     with caplog.at_level(logging.ERROR):
         assert sequence.next_id(PARTITION, mid(46, 4)) == sequence_id(mid(46, 4))
-    assert "more than 4,095 of them: the broker's deduplication will drop its output" in (
+    assert "than one entry has ids to spare (4,095): the broker's deduplication will drop" in (
         caplog.text
     )
 
