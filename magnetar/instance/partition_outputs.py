@@ -82,7 +82,8 @@ class PartitionOutputs:
     def sequence_id(self, input_partition: str, message_id: Any) -> int:
         """The sequence id of the output of ``message_id``, an input from
         ``input_partition`` (see ``output_sequence``)."""
-        self.producer(input_partition)  # open: what its name held is known
+        if input_partition not in self._producers:  # (runners have opened it already)
+            self.producer(input_partition)  # open: what its name held is known
         return self._sequence.next_id(input_partition, message_id)
 
     def try_producer(self, name: str) -> Any:
