@@ -27,8 +27,7 @@ from magnetar.instance.outputs import Outputs
 from magnetar.testing import ApachePulsarStandalone
 from magnetar.worker.broker_admin import BrokerAdmin
 from tests.conftest import EXAMPLES, KEEP_ALIVE_S
-from tests.integration.conftest import collect, produce, python_file, wait_for
-from tests.worker.conftest import receive_until
+from tests.integration.conftest import produce, python_file, wait_for
 
 REORDERING = {
     "unblockStuckSubscriptionEnabled": "true",
@@ -80,13 +79,20 @@ def deduplicated_output(client: pulsar.Client, admin_url: str, topic: str) -> st
     return topic
 
 
+def received(client: pulsar.Client, topic: str, count: int) -> list[Any]:
+    consumer = client.subscribe(topic, "inputs", initial_position=pulsar.InitialPosition.Earliest)
+    messages = [consumer.receive(10_000) for _ in range(count)]
+    consumer.close()
+    return messages
+
+
 @pytest.mark.brokers("apache")
 def test_outputs_of_inputs_handled_out_of_order_are_stored_once(
     client: pulsar.Client, apache_pulsar: Any, topic: str
 ) -> None:
     output = deduplicated_output(client, apache_pulsar.admin_url, f"{topic}-out")
     produce(client, topic, [f"v{i}" for i in range(6)])
-    inputs = collect(client, topic, 6)
+    inputs = received(client, topic, 6)
     config = FunctionConfig(
         name=f"eo-{uuid.uuid4().hex[:6]}",
         py=str(EXAMPLES / "exclamation.py"),
@@ -111,7 +117,7 @@ def test_outputs_of_inputs_handled_out_of_order_are_stored_once(
     handle(range(6))  # its successor, handed everything again
 
     expected = [f"v{i}!" for i in range(6)]
-    assert sorted(outputs_of(client, output, set(expected), 30)) == expected
+    assert sorted(collect_all(client, output, set(expected), 30)) == expected
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +184,7 @@ def test_a_take_over_handed_later_inputs_first_loses_no_output(
         assert survivor.metrics.received == 0, "the killed instance was not the active one"
         os.kill(victim.pid, signal.SIGKILL)
         with caplog.at_level(logging.WARNING, logger="magnetar.instance.output_sequence"):
-            outputs = outputs_of(client, output, {f"{v}!" for v in values}, 60)
+            outputs = collect_all(client, output, {f"{v}!" for v in values}, 60)
     finally:
         victim.kill()
         victim.wait()
@@ -209,8 +215,22 @@ def send(client: pulsar.Client, topic: str, values: Sequence[str]) -> None:
     producer.close()
 
 
-def outputs_of(client: pulsar.Client, topic: str, expected: set[str], timeout: float) -> list[str]:
-    """The outputs ``topic`` holds (not the probes), repeats included, once all of
-    ``expected`` arrived (or the timeout) and 2 s more brought nothing."""
-    values = receive_until(client, topic, expected, timeout, settle_s=2.0)
-    return [value for value in values if value != _PROBE.decode()]
+def collect_all(client: pulsar.Client, topic: str, expected: set[str], timeout: float) -> list[str]:
+    """The topic's outputs, repeats included, once all of ``expected`` arrived (or the
+    timeout), and a moment more for late repeats."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    found: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                data = reader.read_next(2000).data()
+            except pulsar.Timeout:
+                if expected <= set(found):
+                    return found
+                continue
+            if data != _PROBE:
+                found.append(data.decode())
+        return found
+    finally:
+        reader.close()

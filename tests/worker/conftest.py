@@ -107,32 +107,25 @@ def receive_until(
     expected: set[str],
     timeout: float = 15.0,
     subscription: str = "test-reader",
-    settle_s: float = 0.0,
 ) -> list[str]:
     """Values from ``topic`` (acknowledged) until all of ``expected`` arrived or the timeout;
-    duplicates (an at-least-once redelivery) are kept, so callers can check for losses. With
-    ``settle_s``, reading goes on once all arrived, until none has come for that long (so
-    repeats that come last are counted too)."""
+    duplicates (an at-least-once redelivery) are kept, so callers can check for losses."""
     consumer = client.subscribe(
         topic, subscription, initial_position=pulsar.InitialPosition.Earliest
     )
     received: list[str] = []
-    missing = set(expected)
     deadline = time.monotonic() + timeout
     try:
-        while missing or settle_s:
+        while not expected <= set(received):
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 break
-            wait_ms = min(remaining_ms, int(settle_s * 1000)) if not missing else remaining_ms
             try:
-                message = consumer.receive(wait_ms)
+                message = consumer.receive(remaining_ms)
             except pulsar.Timeout:
                 break
             consumer.acknowledge(message)
-            value = message.data().decode()
-            received.append(value)
-            missing.discard(value)
+            received.append(message.data().decode())
     finally:
         consumer.close()
     return received
