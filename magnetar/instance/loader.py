@@ -21,13 +21,13 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from magnetar.instance.archive import ArchiveLimits
+from magnetar.instance.code_modules import own_modules
 from magnetar.instance.code_package import code_search_paths
 from magnetar.instance.exceptions import FunctionLoadError
 
@@ -107,11 +107,9 @@ def load_attribute(dotted: str, search_paths: list[Path]) -> Any:
 
 
 def _import(module_name: str, search_paths: list[Path]) -> Any:
-    for path in reversed(search_paths):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
     try:
-        return importlib.import_module(module_name)
+        with own_modules(search_paths):
+            return importlib.import_module(module_name)
     except SyntaxError as error:
         raise FunctionLoadError(
             f"syntax error in {error.filename}, line {error.lineno}, column {error.offset}: "

@@ -501,3 +501,63 @@ def test_zip_without_the_named_module(tmp_path: Path) -> None:
     message = load_error(package, f"{module}.Fn", work_dir=tmp_path / "work")
 
     assert message.startswith(f"no module named {module!r} in ")
+
+
+# --- several functions in one process -----------------------------------------------------
+
+
+def test_functions_whose_files_share_a_name_each_run_their_own_code(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As on the thread runtime: the second ``shout.py`` (and the ``helper`` it imports) is
+    its own, and the function loaded first goes on running its code."""
+    module = unique("shout")
+    for team in ("a", "b"):
+        (tmp_path / team).mkdir()
+        (tmp_path / team / "helper.py").write_text(f"PREFIX = {team.upper()!r}\n")
+        (tmp_path / team / f"{module}.py").write_text(
+            "import helper\n\ndef process(x):\n    return helper.PREFIX + ':' + x\n"
+        )
+
+    first = load_function(tmp_path / "a" / f"{module}.py", None)
+    with caplog.at_level("INFO", logger="magnetar.instance.code_modules"):
+        second = load_function(tmp_path / "b" / f"{module}.py", None)
+
+    assert (first.process("x"), second.process("y")) == ("A:x", "B:y")
+    assert f"module {module!r}: importing {tmp_path / 'b' / module}.py in place of " in caplog.text
+
+
+def test_a_function_file_changed_in_place_is_loaded_anew(tmp_path: Path) -> None:
+    path = write_module(tmp_path, "def process(x):\n    return 'old ' + x\n")
+    assert load_function(path, None).process("x") == "old x"
+
+    path.write_text("def process(x):\n    return 'the new ' + x\n")
+
+    assert load_function(path, None).process("x") == "the new x"
+
+
+def test_a_package_with_compiled_modules_is_not_imported_twice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An extension module cannot be loaded twice in a process: the function loaded later
+    shares the first one's package, and the log says so."""
+    package = unique("fastlib")
+    for team in ("a", "b"):
+        (tmp_path / team / package).mkdir(parents=True)
+        (tmp_path / team / package / "__init__.py").write_text(f"TEAM = {team!r}\n")
+        (tmp_path / team / "fn.py").write_text(
+            f"import {package}\n\ndef process(x):\n    return {package}.TEAM\n"
+        )
+    first = load_function(tmp_path / "a" / "fn.py", None)
+    # as if the package had imported a compiled module of its own
+    speedups = type(sys)(f"{package}._speedups")
+    speedups.__file__ = str(tmp_path / "a" / package / "_speedups.cpython-311-x86_64-linux-gnu.so")
+    sys.modules[speedups.__name__] = speedups
+    try:
+        with caplog.at_level("WARNING", logger="magnetar.instance.code_modules"):
+            second = load_function(tmp_path / "b" / "fn.py", None)
+    finally:
+        del sys.modules[speedups.__name__]
+
+    assert (first.process("x"), second.process("x")) == ("a", "a")
+    assert f"compiled module {package}._speedups cannot be loaded twice" in caplog.text

@@ -302,6 +302,35 @@ def test_thread_runtime_runs_and_stops_an_instance(
     wait_for(lambda: all(t.name != thread_name for t in threading.enumerate()))
 
 
+def test_thread_runtime_runs_each_function_its_own_code_of_the_same_file_name(
+    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+) -> None:
+    """Two teams' ``shout.py`` in one worker process each run as written, and an update
+    runs the new code (Python would hand both the module it imported first)."""
+
+    def shout(directory: str, prefix: str) -> str:
+        (tmp_path / directory).mkdir()
+        code = tmp_path / directory / "shout.py"
+        code.write_text(f"def process(value):\n    return {prefix!r} + value\n")
+        return str(code)
+
+    team_a = function_config(py=shout("a", "A:"), inputs=[f"{topic}-a"], output=f"{topic}-out")
+    team_b = function_config(py=shout("b", "B:"), inputs=[f"{topic}-b"], output=f"{topic}-out")
+    manager = start_manager(ThreadRuntime(client, WORKER_ID))
+    manager.apply({**instance_specs(team_a), **instance_specs(team_b)})
+    produce(client, f"{topic}-a", ["x"])
+    produce(client, f"{topic}-b", ["y"])
+    assert sorted(values(collect(client, f"{topic}-out", 2))) == ["A:x", "B:y"]
+
+    updated = team_a.model_copy(update={"py": shout("a2", "A2:")})
+    (key,) = specs = instance_specs(updated, version=2)
+    manager.apply({**specs, **instance_specs(team_b)})
+    # the new run (the old one, draining, reports the input it processed)
+    wait_for(lambda: (s := manager.status(key)) is not None and s.running and s.processed == 0)
+    produce(client, f"{topic}-a", ["z"])
+    assert values(collect(client, f"{topic}-out", 1)) == ["A2:z"]
+
+
 def test_thread_runtime_refuses_javascript_functions_with_the_reason(
     client: pulsar.Client, start_manager: StartManager, topic: str
 ) -> None:

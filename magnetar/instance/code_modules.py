@@ -1,0 +1,139 @@
+"""Which function's code the modules of this process were imported from.
+
+Python keeps one module per name in a process (``sys.modules``), and a function's code is
+imported by name (``shout.py`` is module ``shout``). Where one process loads several
+functions (the worker's thread runtime, a Spark executor replaying one function after
+another, a test session), a second ``shout.py`` would get the first one's module, and a
+function updated at the same path, or at a new one, would keep its old code.
+
+So before the code of a function is imported, the modules its search paths provide that were
+imported from other code (another function's, or an older version of the file) are dropped,
+and its paths go first on ``sys.path``: it gets its own code. A function loaded before keeps
+the objects it already holds (its ``process`` and what its module imported); only code of
+its that imports a module by name later gets the newer one, which is why such a replacement
+is logged. Modules that did not come from a function's code (installed packages, Magnetar's
+own) are never dropped, nor a package with compiled modules (an extension cannot be loaded
+twice in a process): the later function shares the first one's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["own_modules"]
+
+log = logging.getLogger(__name__)
+
+_lock = threading.RLock()
+
+
+@dataclass(frozen=True)
+class _Origin:
+    file: Path
+    stamp: tuple[int, int]
+    """The file's modification time (ns) and size when it was imported."""
+
+
+_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+_imported: dict[str, _Origin] = {}
+"""Modules imported from functions' code, by name (submodules included)."""
+
+
+@contextmanager
+def own_modules(search_paths: list[Path]) -> Iterator[None]:
+    """Within this, importing by name gives the modules of ``search_paths``, as they are
+    on disk now; the modules imported meanwhile from them are recorded as theirs."""
+    with _lock:
+        provided = _provided(search_paths)
+        if any([_drop_if_other(name, file) for name, file in provided.items()]):
+            importlib.invalidate_caches()  # the finders' listings of changed directories
+        for path in reversed(search_paths):
+            entry = str(path)
+            if entry in sys.path:
+                sys.path.remove(entry)
+            sys.path.insert(0, entry)
+        before = set(sys.modules)
+        try:
+            yield
+        finally:
+            roots = tuple(os.path.join(path, "") for path in search_paths)
+            for name in set(sys.modules) - before:
+                file = _file_of(name)
+                if file is not None and str(file).startswith(roots):
+                    _imported[name] = _Origin(file, _stamp(file))
+
+
+def _provided(search_paths: list[Path]) -> dict[str, Path]:
+    """The top-level modules the code in ``search_paths`` defines, and their files (the
+    first path that has a name wins, as an import would find it)."""
+    found: dict[str, Path] = {}
+    for path in search_paths:
+        try:
+            entries = sorted(path.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.suffix == ".py" and entry.is_file():
+                found.setdefault(entry.stem, entry)
+            elif (entry / "__init__.py").is_file():
+                found.setdefault(entry.name, entry / "__init__.py")
+    return found
+
+
+def _drop_if_other(name: str, file: Path) -> bool:
+    """Drop module ``name`` (and its submodules) if it came from a function's code other
+    than ``file`` as it is now; whether it did."""
+    origin = _imported.get(name)
+    if origin is None or name not in sys.modules:
+        return False
+    if origin.file == file and origin.stamp == _stamp(file):
+        return False
+    loaded = [n for n in sys.modules if n == name or n.startswith(name + ".")]
+    compiled = [n for n in loaded if str(_file_of(n)).endswith(_EXTENSIONS)]
+    if compiled:
+        log.warning(
+            "module %r: %s is not imported; this process keeps the one from %s, whose "
+            "compiled module %s cannot be loaded twice",
+            name,
+            file,
+            origin.file,
+            compiled[0],
+        )
+        return False
+    if origin.file != file:
+        log.info(
+            "module %r: importing %s in place of %s, imported earlier in this process (a "
+            "function still running that code gets this one if it imports %r by name now)",
+            name,
+            file,
+            origin.file,
+            name,
+        )
+    for module in loaded:
+        del sys.modules[module]
+        _imported.pop(module, None)
+    return True
+
+
+def _file_of(name: str) -> Path | None:
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None)
+    return Path(file) if isinstance(file, str) else None
+
+
+def _stamp(file: Path) -> tuple[int, int]:
+    try:
+        status = file.stat()
+    except OSError:
+        return (0, 0)
+    return (status.st_mtime_ns, status.st_size)
