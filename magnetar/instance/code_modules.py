@@ -92,13 +92,13 @@ def _provided(search_paths: list[Path]) -> dict[str, Path]:
 
 def _drop_if_other(name: str, file: Path) -> bool:
     """Drop module ``name`` (and its submodules) if it came from a function's code other
-    than ``file`` as it is now; whether it did."""
+    than ``file``, or from files changed since; whether it did."""
     origin = _imported.get(name)
     if origin is None or name not in sys.modules:
         return False
-    if origin.file == file and origin.stamp == _stamp(file):
-        return False
     loaded = [n for n in sys.modules if n == name or n.startswith(name + ".")]
+    if origin.file == file and all(_unchanged(n) for n in loaded):
+        return False
     compiled = [n for n in loaded if str(_file_of(n)).endswith(_EXTENSIONS)]
     if compiled:
         log.warning(
@@ -123,6 +123,12 @@ def _drop_if_other(name: str, file: Path) -> bool:
         del sys.modules[module]
         _imported.pop(module, None)
     return True
+
+
+def _unchanged(name: str) -> bool:
+    """Whether module ``name``'s file is as it was imported (or it is not a function's)."""
+    origin = _imported.get(name)
+    return origin is None or origin.stamp == _stamp(origin.file)
 
 
 def _file_of(name: str) -> Path | None:

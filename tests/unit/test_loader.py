@@ -561,3 +561,16 @@ def test_a_package_with_compiled_modules_is_not_imported_twice(
 
     assert (first.process("x"), second.process("x")) == ("a", "a")
     assert f"compiled module {package}._speedups cannot be loaded twice" in caplog.text
+
+
+def test_a_module_of_a_package_changed_in_place_is_loaded_anew(tmp_path: Path) -> None:
+    package = unique("shapes")
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "square.py").write_text("def process(x):\n    return 'old'\n")
+    (tmp_path / "fn.py").write_text("")  # the --py file beside the package
+    assert load_function(tmp_path / "fn.py", f"{package}.square.process").process("x") == "old"
+
+    (tmp_path / package / "square.py").write_text("def process(x):\n    return 'the new'\n")
+
+    assert load_function(tmp_path / "fn.py", f"{package}.square.process").process("x") == "the new"
