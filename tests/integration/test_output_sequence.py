@@ -217,20 +217,21 @@ def send(client: pulsar.Client, topic: str, values: Sequence[str]) -> None:
 
 def collect_all(client: pulsar.Client, topic: str, expected: set[str], timeout: float) -> list[str]:
     """The topic's outputs, repeats included, once all of ``expected`` arrived (or the
-    timeout), and a moment more for late repeats."""
+    timeout), and a moment more for late repeats. A message handed to the reader again (its
+    id seen before) is not a repeat: an output stored twice has two ids."""
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    found: list[str] = []
+    found: dict[str, str] = {}
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             try:
-                data = reader.read_next(2000).data()
+                message = reader.read_next(2000)
             except pulsar.Timeout:
-                if expected <= set(found):
-                    return found
+                if expected <= set(found.values()):
+                    break
                 continue
-            if data != _PROBE:
-                found.append(data.decode())
-        return found
+            if message.data() != _PROBE:
+                found[str(message.message_id())] = message.data().decode()
+        return list(found.values())
     finally:
         reader.close()
