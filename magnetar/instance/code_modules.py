@@ -28,8 +28,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["own_modules"]
+__all__ = ["modules_of", "own_modules"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,18 @@ def own_modules(search_paths: list[Path]) -> Iterator[None]:
                 file = _file_of(name)
                 if file is not None and str(file).startswith(roots):
                     _imported[name] = _Origin(file, _stamp(file))
+
+
+def modules_of(search_paths: list[Path]) -> dict[str, ModuleType]:
+    """The modules of this process imported from ``search_paths``, by name: a function's own,
+    for finding them by name later whatever another function imports meanwhile."""
+    roots = tuple(os.path.join(path, "") for path in search_paths)
+    with _lock:
+        return {
+            name: module
+            for name, module in list(sys.modules.items())
+            if str(_file_of(name) or "").startswith(roots)
+        }
 
 
 def _provided(search_paths: list[Path]) -> dict[str, Path]:

@@ -21,13 +21,14 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from magnetar.instance.archive import ArchiveLimits
-from magnetar.instance.code_modules import own_modules
+from magnetar.instance.code_modules import modules_of, own_modules
 from magnetar.instance.code_package import code_search_paths
 from magnetar.instance.exceptions import FunctionLoadError
 
@@ -46,6 +47,10 @@ class LoadedFunction:
     """The class or function name (the default function name)."""
     search_paths: list[Path]
     """Where the function's modules live (also searched for SerDe classes)."""
+    modules: Mapping[str, ModuleType] = field(default_factory=dict)
+    """The modules imported from its code when it was loaded, by name (see
+    ``code_modules``: in a process shared with other functions, ``sys.modules`` may hold
+    another function's module of the same name later)."""
 
 
 def _module_name(py: str | Path) -> str:
@@ -182,7 +187,9 @@ def _as_function(target: Any, name: str, search_paths: list[Path]) -> LoadedFunc
         process = target
     else:
         raise FunctionLoadError(f"{name!r} is neither a class, a module nor a function")
-    return LoadedFunction(process, _takes_context(process, name), name, search_paths)
+    return LoadedFunction(
+        process, _takes_context(process, name), name, search_paths, modules_of(search_paths)
+    )
 
 
 def _takes_context(process: Callable[..., Any], name: str) -> bool:

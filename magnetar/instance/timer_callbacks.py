@@ -24,6 +24,7 @@ class PythonCallbacks:
 
     def __init__(self, function: LoadedFunction) -> None:
         self._owner = getattr(function.process, "__self__", None)
+        self._modules = function.modules
 
     def name(self, callback: Any) -> str:
         """The name a timer stores for ``callback``; TypeError for one it could not find
@@ -46,7 +47,10 @@ class PythonCallbacks:
         else:
             module, _, attribute = name.partition(":")
             try:
-                found = getattr(importlib.import_module(module), attribute, None)
+                # the function's own module first: another function in this process may
+                # have one of the same name
+                home = self._modules.get(module) or importlib.import_module(module)
+                found = getattr(home, attribute, None)
             except ImportError:
                 found = None
         if not callable(found):

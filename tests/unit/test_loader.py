@@ -15,6 +15,7 @@ import pytest
 
 from magnetar.instance.exceptions import FunctionLoadError
 from magnetar.instance.loader import code_search_paths, load_function
+from magnetar.instance.timer_callbacks import PythonCallbacks
 from tests.conftest import EXAMPLES
 
 
@@ -574,3 +575,26 @@ def test_a_module_of_a_package_changed_in_place_is_loaded_anew(tmp_path: Path) -
     (tmp_path / package / "square.py").write_text("def process(x):\n    return 'the new'\n")
 
     assert load_function(tmp_path / "fn.py", f"{package}.square.process").process("x") == "the new"
+
+
+def test_a_timer_callback_named_by_module_is_found_in_the_functions_own_module(
+    tmp_path: Path,
+) -> None:
+    """A timer stores its callback as ``module:function`` and finds it again when it fires,
+    after another function with a module of that name may have been loaded."""
+    module = unique("shout")
+    for team in ("a", "b"):
+        (tmp_path / team).mkdir()
+        (tmp_path / team / f"{module}.py").write_text(
+            f"def process(x, context):\n    return x\n\n"
+            f"def on_timer(payload, context):\n    return {team!r}\n"
+        )
+    first = load_function(tmp_path / "a" / f"{module}.py", f"{module}.process")
+    callbacks = PythonCallbacks(first)
+    name = callbacks.name(first.modules[module].on_timer)
+
+    second = load_function(tmp_path / "b" / f"{module}.py", f"{module}.process")
+
+    assert name == f"{module}:on_timer"
+    assert callbacks.find(name)(None, None) == "a"
+    assert PythonCallbacks(second).find(name)(None, None) == "b"
