@@ -22,7 +22,7 @@ each subject's ratio of medians to the loop's, on each broker (``--broker lite|a
 
     python bench/latency.py [--rates 100,1000,10000] [--seconds 8] [--repeat 3]
                             [--subjects loop,localrun-python,...] [--broker lite]
-                            [--max-load 4] [--no-cpu-limits]
+                            [--max-load 4] [--no-cpu-limits] [--no-isolation]
 """
 
 from __future__ import annotations
@@ -224,6 +224,8 @@ def run_broker(broker: Broker, args: Any) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="magnetar-latency-") as tmp, ExitStack() as stack:
         off = {"MAGNETAR_INSTANCE_CPU_LIMITS": "false"} if args.no_cpu_limits else {}
+        if args.no_isolation:
+            off["MAGNETAR_INSTANCE_ISOLATION"] = "false"
         found = subjects(broker, Path(tmp), stack, off)
         for round_no in range(args.repeat):
             for name in args.subjects:
@@ -330,6 +332,12 @@ def main() -> None:
         "--no-cpu-limits",
         action="store_true",
         help="the cluster's workers with instance_cpu_limits off (resources.cpu not enforced)",
+    )
+    parser.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="the cluster's workers with instance_isolation off (a root worker's instances "
+        "then run as its user, without their syscall filter, file scope and network rules)",
     )
     add_broker_options(parser, default="lite")
     args = parser.parse_args()
