@@ -6,14 +6,15 @@ functions (the worker's thread runtime, a Spark executor replaying one function 
 another, a test session), a second ``shout.py`` would get the first one's module, and a
 function updated at the same path, or at a new one, would keep its old code.
 
-So before the code of a function is imported, the modules its search paths provide that were
-imported from other code (another function's, or an older version of the file) are dropped,
-and its paths go first on ``sys.path``: it gets its own code. A function loaded before keeps
-the objects it already holds (its ``process`` and what its module imported); only code of
-its that imports a module by name later gets the newer one, which is why such a replacement
-is logged. Modules that did not come from a function's code (installed packages, Magnetar's
-own) are never dropped, nor a package with compiled modules (an extension cannot be loaded
-twice in a process): the later function shares the first one's.
+So before the code of a function is imported, each module imported earlier from a
+function's code is looked up in its search paths, as an import would find it; one found
+there in another file (another function's), or changed on disk since, is dropped, and the
+function's paths go first on ``sys.path``: it gets its own code. A function loaded before
+keeps the objects it already holds (its ``process`` and what its module imported); only
+code of its that imports a module by name later gets the newer one, which is why such a
+replacement is logged. Modules that did not come from a function's code (installed
+packages, Magnetar's own) are never dropped, nor a package with compiled modules (an
+extension cannot be loaded twice in a process): the later function shares the first one's.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ def own_modules(search_paths: list[Path]) -> Iterator[None]:
     """Within this, importing by name gives the modules of ``search_paths``, as they are
     on disk now; the modules imported meanwhile from them are recorded as theirs."""
     with _lock:
-        provided = _provided(search_paths)
-        if any([_drop_if_other(name, file) for name, file in provided.items()]):
+        if any([_drop_if_other(name, search_paths) for name in _top_level_imported()]):
             importlib.invalidate_caches()  # the finders' listings of changed directories
         for path in reversed(search_paths):
             entry = str(path)
@@ -86,28 +86,28 @@ def modules_of(search_paths: list[Path]) -> dict[str, ModuleType]:
         }
 
 
-def _provided(search_paths: list[Path]) -> dict[str, Path]:
-    """The top-level modules the code in ``search_paths`` defines, and their files (the
-    first path that has a name wins, as an import would find it)."""
-    found: dict[str, Path] = {}
-    for path in search_paths:
-        try:
-            entries = sorted(path.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.suffix == ".py" and entry.is_file():
-                found.setdefault(entry.stem, entry)
-            elif (entry / "__init__.py").is_file():
-                found.setdefault(entry.name, entry / "__init__.py")
-    return found
+def _top_level_imported() -> list[str]:
+    """The top-level modules imported from functions' code that this process still has
+    (the others are forgotten)."""
+    for name in [n for n in _imported if n not in sys.modules]:
+        del _imported[name]
+    return [name for name in _imported if "." not in name]
 
 
-def _drop_if_other(name: str, file: Path) -> bool:
-    """Drop module ``name`` (and its submodules) if it came from a function's code other
-    than ``file``, or from files changed since; whether it did."""
-    origin = _imported.get(name)
-    if origin is None or name not in sys.modules:
+def _file_in(name: str, search_paths: list[Path]) -> Path | None:
+    """The file module ``name`` would be imported from in ``search_paths``, if any."""
+    spec = importlib.machinery.PathFinder.find_spec(name, [str(p) for p in search_paths])
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin else None
+
+
+def _drop_if_other(name: str, search_paths: list[Path]) -> bool:
+    """Drop module ``name`` (and its submodules), imported from a function's code, if
+    ``search_paths`` have one of that name in another file, or the files changed since;
+    whether it did."""
+    origin = _imported[name]
+    file = _file_in(name, search_paths)
+    if file is None:
         return False
     loaded = [n for n in sys.modules if n == name or n.startswith(name + ".")]
     if origin.file == file and all(_unchanged(n) for n in loaded):
