@@ -73,8 +73,12 @@ def open_consumers(
         "negative_ack_redelivery_delay_ms": options.retry_delay_ms,
     }
     topics = list(config.input_serdes())
-    # each consumer's target, and the inputSpecs keys it stands for
-    targets: list[tuple[Any, list[str]]] = [(topics, topics)] if topics else []
+    # each consumer's target, and the inputSpecs keys it stands for; one topic is subscribed
+    # by name, as Apache's instance does: a list makes the client add a consumer of consumers,
+    # which hands each message over on another thread (a wake-up per message)
+    targets: list[tuple[Any, list[str]]] = (
+        [(topics[0] if len(topics) == 1 else topics, topics)] if topics else []
+    )
     targets += [(_compile(p), [p]) for p in config.input_patterns()]
     take_over = config.subscription_type is SubscriptionType.FAILOVER
     if options.shared_acks_cost_gaps and instances_share(config):
@@ -100,14 +104,14 @@ def open_consumers(
         except Exception as error:
             for consumer in consumers:
                 consumer.close()
-            if not isinstance(target, list):
+            if isinstance(target, re.Pattern):
                 raise InstanceError(
                     f"cannot subscribe to topicsPattern {target.pattern!r}: {error}; the "
                     "broker must list a namespace's topics for this (the embedded "
                     "pulsar-lite broker cannot), so list the topics in inputs instead"
                 ) from error
             raise InstanceError(
-                f"cannot subscribe to {', '.join(target)} as {config.subscription_name!r}: {error}"
+                f"cannot subscribe to {', '.join(keys)} as {config.subscription_name!r}: {error}"
             ) from error
     return consumers
 
