@@ -11,6 +11,10 @@ Subjects, each on a topic pair of its own, in one run:
 
 * ``loop``: a hand-written pulsar-client loop in a process of its own (receive, send async
   with batching and a 1 ms publish delay, acknowledge in the send's callback): the baseline;
+* ``loops-3``: three such loops sharing their subscription, the hand-written counterpart of a
+  cluster's three instances: on pulsar-lite they acknowledge at once and prefetch 30 messages,
+  as instances sharing a subscription there do (with pulsar-client's defaults they fall
+  seconds behind at 10,000 msg/s). The cluster subjects' ratios to it are given too;
 * ``localrun-python`` / ``localrun-js``: ``magnetar functions localrun`` of
   examples/exclamation.py / examples/exclamation.js;
 * ``cluster-python`` / ``cluster-js``: the same functions on three ``magnetar worker start``
@@ -46,12 +50,15 @@ import pulsar
 from _brokers import Broker, add_broker_options, chosen, running
 from _cluster import ROOT, Cluster, progress, wait_until
 
-SUBJECTS = ("loop", "localrun-python", "localrun-js", "cluster-python", "cluster-js")
+from magnetar.client import create_client, shared_acks_cost_gaps, subscribe
+from magnetar.instance.acks_at_once import acking_at_once
+from magnetar.instance.subscription import SHARED_ON_GAPPED_CURSOR
+
+SUBJECTS = ("loop", "loops-3", "localrun-python", "localrun-js", "cluster-python", "cluster-js")
 CODE = {
     "python": (ROOT / "examples" / "exclamation.py", "exclamation.ExclamationFunction"),
     "js": (ROOT / "examples" / "exclamation.js", None),
 }
-QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 Subject = Callable[[str, str], Iterator[None]]
 """Runs a subject from one topic into another while the context is open."""
@@ -60,10 +67,23 @@ Subject = Callable[[str, str], Iterator[None]]
 # --- the subjects ----------------------------------------------------------------------------
 
 
-def loop_main(service_url: str, source: str, sink: str) -> None:
-    """The hand-written loop (run as ``latency.py --loop URL SOURCE SINK``)."""
-    client = pulsar.Client(service_url, logger=QUIET)
-    consumer = client.subscribe(source, "loop", consumer_type=pulsar.ConsumerType.Shared)
+def loop_main(service_url: str, source: str, sink: str, sharing: str) -> None:
+    """The hand-written loop (run as ``latency.py --loop URL SOURCE SINK SHARING``).
+
+    Its client is made as Magnetar's are: pulsar-lite 0.2 does not answer a subscription
+    whose consumer id another connection uses, every client numbers its consumers from 0, and
+    so of three plain clients' loops two would wait out a subscribe timeout (30 s) before
+    sharing the work. ``SHARING`` ``shared``: the loop shares its subscription with others,
+    and on pulsar-lite consumes as instances that share one do (see ``subscription``): with
+    pulsar-client's defaults three loops fell 7 to 19 s behind at 10,000 msg/s."""
+    client = create_client(service_url)
+    settings: dict[str, Any] = {}
+    if sharing == "shared" and shared_acks_cost_gaps(service_url):
+        client = acking_at_once(client)
+        settings["receiver_queue_size"] = SHARED_ON_GAPPED_CURSOR
+    consumer = subscribe(
+        client, source, "loop", consumer_type=pulsar.ConsumerType.Shared, **settings
+    )
     producer = client.create_producer(
         sink, batching_enabled=True, batching_max_publish_delay_ms=1, block_if_queue_full=True
     )
@@ -99,11 +119,17 @@ def subjects(
     ``worker_env`` added) and stops with ``stack``."""
     cluster: list[Cluster] = []
 
-    @contextmanager
-    def loop(source: str, sink: str) -> Iterator[None]:
-        command = [sys.executable, __file__, "--loop", broker.service_url, source, sink]
-        with child(command, work / "loop.log"):
-            yield
+    def loops(count: int) -> Subject:
+        @contextmanager
+        def run(source: str, sink: str) -> Iterator[None]:
+            command = [sys.executable, __file__, "--loop", broker.service_url, source, sink]
+            command.append("shared" if count > 1 else "alone")
+            with ExitStack() as running:
+                for _ in range(count):
+                    running.enter_context(child(command, work / "loop.log"))
+                yield
+
+        return run
 
     def localrun(language: str) -> Subject:
         @contextmanager
@@ -154,7 +180,8 @@ def subjects(
         return run
 
     return {
-        "loop": loop,
+        "loop": loops(1),
+        "loops-3": loops(3),
         "localrun-python": localrun("python"),
         "localrun-js": localrun("js"),
         "cluster-python": on_cluster("python"),
@@ -278,12 +305,18 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
     for name, by_rate in runs.items():
         for rate, figures in by_rate.items():
             row = {q: median(figures, q) for q in ("p50", "p99", "p999", "missing", "drain_ms")}
-            loop = runs.get("loop", {}).get(rate)
-            if loop and name != "loop":
+            for baseline_name, suffix in (("loop", "loop"), ("loops-3", "loops3")):
+                baseline_runs = runs.get(baseline_name, {}).get(rate)
+                if (
+                    not baseline_runs
+                    or name.startswith("loop")
+                    or (suffix == "loops3" and not name.startswith("cluster"))
+                ):
+                    continue
                 for q in ("p50", "p99"):
-                    baseline, value = median(loop, q), row[q]
+                    baseline, value = median(baseline_runs, q), row[q]
                     if baseline and value is not None:
-                        row[f"{q}_vs_loop"] = round(value / baseline, 2)
+                        row[f"{q}_vs_{suffix}"] = round(value / baseline, 2)
             medians.setdefault(name, {})[rate] = row
     return medians
 
@@ -301,9 +334,11 @@ def table(medians: dict[str, Any]) -> str:
         for rate, row in by_rate.items():
             versus = (
                 f"p50 {row.get('p50_vs_loop', '-')}x  p99 {row.get('p99_vs_loop', '-')}x"
-                if name != "loop"
+                if not name.startswith("loop")
                 else ""
             )
+            if "p99_vs_loops3" in row:
+                versus += f"  (loops-3: p50 {row['p50_vs_loops3']}x  p99 {row['p99_vs_loops3']}x)"
             lines.append(
                 f"{name:17} {rate:>7} {ms(row['p50'], 8)} {ms(row['p99'], 8)}"
                 f" {ms(row['p999'], 8)} {row['missing']:8.0f} {ms(row['drain_ms'], 9)}  {versus}"
@@ -312,7 +347,7 @@ def table(medians: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--loop":
+    if len(sys.argv) == 6 and sys.argv[1] == "--loop":
         loop_main(*sys.argv[2:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
