@@ -46,7 +46,6 @@ from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.javascript._curl import UrlClient
 from magnetar.instance.javascript._curl_runtime import FETCH_KIND
 from magnetar.instance.javascript._engine import Interruption, ScriptEngine
-from magnetar.instance.javascript._prelude import RUNTIME_GLOBAL
 from magnetar.instance.metrics import InstanceMetrics
 from magnetar.instance.state import StateStore
 from magnetar.instance.timers import Timer, Timers, TimersUnavailable
@@ -317,13 +316,12 @@ class ScriptRun(Iterator[ScriptOutcome]):
         executor = self._executor
         for restart in range(_MAX_RESTARTS + 1):
             executor.call_id += 1
-            code = (
-                f"{RUNTIME_GLOBAL}.run({executor.call_id},{self._start},{fetched},"
-                f"{self._batch or 'null'},{self._metadata or 'null'},"
-                f"{'true' if self._forget else 'false'})"
+            arguments = (
+                f"[{executor.call_id},{self._start},{fetched},{self._batch or 'null'},"
+                f"{self._metadata or 'null'},{'true' if self._forget else 'false'}]"
             )
             started = time.perf_counter()
-            answer = executor.engine.call(code, executor.timeout_ms / 1000 * (1 + restart))
+            answer = executor.engine.run(arguments, executor.timeout_ms / 1000 * (1 + restart))
             elapsed = time.perf_counter() - started
             if isinstance(answer, Interruption):
                 reply: dict[str, Any] = executor.engine.recover()

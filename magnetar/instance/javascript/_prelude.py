@@ -14,8 +14,9 @@ function asks for some (``need: ["m", ""]``): ``[topic, messageId, key|null, eve
 properties]``. One result: ``output|null`` (success without effects), ``[0, output|null,
 effects]`` (success), ``[1, error, logEffects]`` (user exception), ``[2, reason]``
 (undecodable input). A call, ``run(callId, start, fetched, batch|null, metadata|null,
-forgetState)``, answers ``{call, r: results, next, need?}``: results of the inputs from
-``start`` to ``next``, and what to fetch (a state key, or the metadata), if anything.
+forgetState)`` (``runPacked`` with those as the JSON array ``this``), answers ``{call, r:
+results, next, need?}``: results of the inputs from ``start`` to ``next``, and what to fetch
+(a state key, or the metadata), if anything.
 Effects: ``["p", topic, payload, properties|null]``, ``["i", key, amount]``, ``["d", key]``,
 ``["s", key, text]``, ``["l", level, text]``, ``["m", name, value]``, ``["a"]``, and the
 timers' ``["t", callback, due ms, reference, context JSON]`` and ``["x", reference]``. A
@@ -371,6 +372,12 @@ PRELUDE = (
         }
       }
       return finish(inputs.length, {});
+    },
+    // run's arguments as the JSON array ``this``: Python calls this function, compiled once,
+    // where a call's own source would be compiled anew for each call
+    runPacked() {
+      const a = parse(this);
+      return runtime.run(a[0], a[1], a[2], a[3], a[4], a[5]);
     },
     // After V8 stopped a call (timeout, memory): which call it was, what it had done and
     // where it was (a call stopped before it started reports the previous call).
