@@ -67,7 +67,7 @@ def own_modules(search_paths: list[Path]) -> Iterator[None]:
         try:
             yield
         finally:
-            roots = tuple(os.path.join(path, "") for path in search_paths)
+            roots = _roots(search_paths)
             for name in set(sys.modules) - before:
                 file = _file_of(name)
                 if file is not None and str(file).startswith(roots):
@@ -77,13 +77,18 @@ def own_modules(search_paths: list[Path]) -> Iterator[None]:
 def modules_of(search_paths: list[Path]) -> dict[str, ModuleType]:
     """The modules of this process imported from ``search_paths``, by name: a function's own,
     for finding them by name later whatever another function imports meanwhile."""
-    roots = tuple(os.path.join(path, "") for path in search_paths)
+    roots = _roots(search_paths)
     with _lock:
         return {
-            name: module
-            for name, module in list(sys.modules.items())
-            if str(_file_of(name) or "").startswith(roots)
+            name: sys.modules[name]
+            for name, origin in _imported.items()
+            if name in sys.modules and str(origin.file).startswith(roots)
         }
+
+
+def _roots(search_paths: list[Path]) -> tuple[str, ...]:
+    """The prefixes of the files in ``search_paths``."""
+    return tuple(os.path.join(path, "") for path in search_paths)
 
 
 def _top_level_imported() -> list[str]:
