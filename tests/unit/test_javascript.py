@@ -243,6 +243,30 @@ def test_a_batch_crosses_into_v8_once(tmp_path: Path) -> None:
     run.close()
 
 
+def test_a_function_replacing_json_and_the_runtime_does_not_break_later_calls(
+    tmp_path: Path,
+) -> None:
+    """Each call hands V8 its arguments as JSON that the runtime parses: with the parser it
+    took when it loaded, not whatever the user's code left in ``JSON``."""
+    run = executor(
+        tmp_path,
+        """
+        function process(input) {
+          if (input === 'vandal') {
+            JSON.parse = () => [0, 0, [], [['forged', false]], null, false];
+            JSON.stringify = () => '{}';
+            try { __magnetar_runtime__.runPacked = null; } catch (e) {}
+            return 'done';
+          }
+          return input + '!';
+        }
+        """,
+    )
+    assert outputs(run, ["a", "vandal"]) == ["a!", "done"]
+    assert outputs(run, ["b", "c"]) == ["b!", "c!"]
+    run.close()
+
+
 def test_results_are_strings_as_utf8_and_values_as_json(tmp_path: Path) -> None:
     run = executor(
         tmp_path,
