@@ -18,7 +18,10 @@ Subjects, each on a topic pair of its own, in one run:
 * ``localrun-python`` / ``localrun-js``: ``magnetar functions localrun`` of
   examples/exclamation.py / examples/exclamation.js;
 * ``cluster-python`` / ``cluster-js``: the same functions on three ``magnetar worker start``
-  processes, parallelism 3.
+  processes, parallelism 3;
+* ``cluster-python-1`` / ``cluster-js-1``: the same, at Apache Pulsar's default parallelism
+  of 1: what a function created on the cluster without ``--parallelism`` is, one consumer as
+  the loop is.
 
 Every subject runs ``--repeat`` times, alternating; the JSON holds p50/p99/p999 of every run
 (with the sender's kept rate and the machine's load before and after), their medians, and
@@ -54,7 +57,19 @@ from magnetar.client import create_client, shared_acks_cost_gaps, subscribe
 from magnetar.instance.acks_at_once import acking_at_once
 from magnetar.instance.subscription import SHARED_ON_GAPPED_CURSOR
 
-SUBJECTS = ("loop", "loops-3", "localrun-python", "localrun-js", "cluster-python", "cluster-js")
+SUBJECTS = (
+    "loop",
+    "loops-3",
+    "localrun-python",
+    "localrun-js",
+    "cluster-python",
+    "cluster-js",
+    "cluster-python-1",
+    "cluster-js-1",
+)
+SHARING = {"loops-3": 3, "cluster-python": 3, "cluster-js": 3}
+"""The subjects whose consumers share their subscription, and how many they are; a cluster
+subject's ratio to ``loops-3`` is given only where it runs as many."""
 CODE = {
     "python": (ROOT / "examples" / "exclamation.py", "exclamation.ExclamationFunction"),
     "js": (ROOT / "examples" / "exclamation.js", None),
@@ -149,7 +164,7 @@ def subjects(
 
         return run
 
-    def on_cluster(language: str) -> Subject:
+    def on_cluster(language: str, parallelism: int) -> Subject:
         @contextmanager
         def run(source: str, sink: str) -> Iterator[None]:
             if not cluster:
@@ -167,11 +182,15 @@ def subjects(
             via = next(iter(found.workers.values()))
             code, class_name = CODE[language]
             name = f"latency-{language}-{uuid.uuid4().hex[:6]}"
-            config: dict[str, Any] = {"inputs": [source], "output": sink, "parallelism": 3}
+            config: dict[str, Any] = {
+                "inputs": [source],
+                "output": sink,
+                "parallelism": parallelism,
+            }
             if class_name:
                 config["className"] = class_name
             found.register(via, name, code, **config)
-            wait_until(lambda: found.num_running(via, name) == 3, 60, f"{name} running")
+            wait_until(lambda: found.num_running(via, name) == parallelism, 60, f"{name} running")
             try:
                 yield
             finally:
@@ -184,8 +203,10 @@ def subjects(
         "loops-3": loops(3),
         "localrun-python": localrun("python"),
         "localrun-js": localrun("js"),
-        "cluster-python": on_cluster("python"),
-        "cluster-js": on_cluster("js"),
+        "cluster-python": on_cluster("python", 3),
+        "cluster-js": on_cluster("js", 3),
+        "cluster-python-1": on_cluster("python", 1),
+        "cluster-js-1": on_cluster("js", 1),
     }
 
 
@@ -310,7 +331,7 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 if (
                     not baseline_runs
                     or name.startswith("loop")
-                    or (suffix == "loops3" and not name.startswith("cluster"))
+                    or (suffix == "loops3" and SHARING.get(name) != SHARING["loops-3"])
                 ):
                     continue
                 for q in ("p50", "p99"):
