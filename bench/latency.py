@@ -45,7 +45,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +68,15 @@ SUBJECTS = (
     "cluster-js-1",
 )
 SHARING = {"loops-3": 3, "cluster-python": 3, "cluster-js": 3}
-"""The subjects whose consumers share their subscription, and how many they are; a cluster
-subject's ratio to ``loops-3`` is given only where it runs as many."""
+"""The subjects whose consumers share their subscription, and how many they are (the loops
+and instances each runs); a cluster subject's ratio to ``loops-3`` is given only where it
+runs as many."""
 CODE = {
     "python": (ROOT / "examples" / "exclamation.py", "exclamation.ExclamationFunction"),
     "js": (ROOT / "examples" / "exclamation.js", None),
 }
 
-Subject = Callable[[str, str], Iterator[None]]
+Subject = Callable[[str, str], AbstractContextManager[None]]
 """Runs a subject from one topic into another while the context is open."""
 
 
@@ -200,11 +201,11 @@ def subjects(
 
     return {
         "loop": loops(1),
-        "loops-3": loops(3),
+        "loops-3": loops(SHARING["loops-3"]),
         "localrun-python": localrun("python"),
         "localrun-js": localrun("js"),
-        "cluster-python": on_cluster("python", 3),
-        "cluster-js": on_cluster("js", 3),
+        "cluster-python": on_cluster("python", SHARING["cluster-python"]),
+        "cluster-js": on_cluster("js", SHARING["cluster-js"]),
         "cluster-python-1": on_cluster("python", 1),
         "cluster-js-1": on_cluster("js", 1),
     }
