@@ -11,7 +11,11 @@ a persistent topic every one of them is a stored cursor that makes the next subs
 costs half a millisecond and leaves nothing behind. Apache Pulsar tells consumers apart per
 connection, so there the client asks the broker its name first (one handshake) and spreads
 nothing: the readers would cost some 0.3 s a client there. A broker that asks for credentials
-before it says its name is no pulsar-lite (which has no authentication) either.
+before it says its name is no pulsar-lite (which has no authentication) either. The colliding
+subscribe is tried again only once it times out, so on pulsar-lite operations time out after
+3 s; elsewhere after the client's default of 30 s, as Apache Pulsar's own instances wait: a
+broker that pauses longer than 3 s (a long garbage collection, a slow first ledger of a new
+topic) would otherwise fail an instance's lookup or producer and restart it.
 
 Readers are opened with ``open_reader``, never ``client.create_reader``: the client library
 names a reader's subscription with a random generator it seeds once, when it is loaded, so
@@ -53,6 +57,7 @@ __all__ = [
     "client_logger",
     "create_client",
     "may_deduplicate",
+    "may_strand_take_overs",
     "newest_first",
     "open_reader",
     "subscribe",
@@ -61,6 +66,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _ID_SPREAD = 128
+_LITE_OPERATION_TIMEOUT_S = 3
+_OPERATION_TIMEOUT_S = 30
 _SPREAD_TOPIC = "non-persistent://public/default/__magnetar_consumer_ids"
 _SUBSCRIBE_ATTEMPTS = 4
 _NEWEST_FIRST = 10**20
@@ -144,7 +151,6 @@ def client_logger() -> logging.Logger:
 
 def create_client(
     service_url: str,
-    operation_timeout_s: int = 3,
     connection: Connection | None = None,
     *,
     log_to_python: bool = False,
@@ -152,13 +158,14 @@ def create_client(
     """A client whose consumer ids are unlikely to collide with other clients'; it logs
     through ``client_logger`` with ``log_to_python``, else only errors, to the console."""
     logger = client_logger() if log_to_python else pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    spread = _needs_id_spread(service_url)
     client = pulsar.Client(
         service_url,
         logger=logger,
-        operation_timeout_seconds=operation_timeout_s,
+        operation_timeout_seconds=_LITE_OPERATION_TIMEOUT_S if spread else _OPERATION_TIMEOUT_S,
         **(connection.client_kwargs() if connection else {}),
     )
-    if not _needs_id_spread(service_url):
+    if not spread:
         return client
     try:
         for _ in range(random.randrange(_ID_SPREAD)):
@@ -181,6 +188,17 @@ def _needs_id_spread(service_url: str) -> bool:
 def may_deduplicate(service_url: str) -> bool:
     """Whether the broker may drop messages by their producer's sequence ids: any broker but
     pulsar-lite, which has no deduplication."""
+    return _may_not_be_pulsar_lite(service_url)
+
+
+def may_strand_take_overs(service_url: str) -> bool:
+    """Whether a Failover take-over may leave what the previous consumer held unsent until
+    the new one asks (see ``instance.stranded``): any broker but pulsar-lite, which rewinds a
+    take-over itself and ignores the request."""
+    return _may_not_be_pulsar_lite(service_url)
+
+
+def _may_not_be_pulsar_lite(service_url: str) -> bool:
     try:
         version = server_version(service_url)
     except ValueError:

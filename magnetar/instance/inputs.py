@@ -17,6 +17,7 @@ from magnetar.instance.config import FunctionConfig, SubscriptionType
 from magnetar.instance.options import InstanceOptions
 from magnetar.instance.repeats import RepeatFilter
 from magnetar.instance.retries import Received, RetryQueue
+from magnetar.instance.stranded import StrandedCheck
 from magnetar.instance.subscription import open_consumers
 
 __all__ = ["Inputs"]
@@ -67,6 +68,12 @@ class Inputs:
                 topics=len(config.input_serdes()) + len(config.input_patterns()) > 1,
             )
             if config.subscription_type is SubscriptionType.FAILOVER
+            else None
+        )
+        self._stranded = (
+            StrandedCheck(options.stranded_check_s)
+            if config.subscription_type is SubscriptionType.FAILOVER
+            and options.stranded_check_s is not None
             else None
         )
 
@@ -127,6 +134,8 @@ class Inputs:
                     self._take(received, limit, poll_ms)
         else:
             self._take(received, limit, poll_ms)
+        if received and self._stranded is not None:
+            self._stranded.received()
         if self._skip_before_ms:
             return self._skip_old(received)
         return received
@@ -189,6 +198,20 @@ class Inputs:
             except (pulsar.Timeout, pulsar.AlreadyClosed):
                 pass
         return received
+
+    def ask_for_stranded(self, holding: bool) -> None:
+        """On an ordered subscription, ask the broker for what a take-over may have left
+        unsent, once the instance has held nothing for a while (see ``stranded``); ``holding``:
+        it holds unacknowledged messages or is processing some."""
+        check = self._stranded
+        if check is None:
+            return
+        if holding or self._handed_back or len(self.retries):
+            check.holding()
+        elif check.due():
+            log.debug("asking the broker for unacknowledged messages a take-over left unsent")
+            for consumer in self.consumers:
+                consumer.redeliver_unacknowledged_messages()
 
     def hand_back(self, received: list[Received]) -> None:
         """Messages taken but not processed: they come first, in this order, next time."""

@@ -462,6 +462,7 @@ class FunctionInstance:
                 if timers is not None and timers.due():
                     self._fire_timers(timers)
             acknowledger.acknowledge_completed()
+            inputs.ask_for_stranded(acknowledger.unacked > 0 or runner.busy)
             outputs.close_idle()
             if inputs.rewind_requested:
                 acknowledger.wait(options.drain_timeout_s)

@@ -168,8 +168,13 @@ def run_instance_process(
     signal.signal(signal.SIGINT, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # what waited is handled now
 
-    from magnetar.client import create_client, may_deduplicate, shared_acks_cost_gaps
-    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
+    from magnetar.client import (
+        create_client,
+        may_deduplicate,
+        may_strand_take_overs,
+        shared_acks_cost_gaps,
+    )
+    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, SubscriptionType
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
     from magnetar.instance.subscription import instances_share
 
@@ -212,6 +217,12 @@ def run_instance_process(
             ),
             shared_acks_cost_gaps=(
                 instances_share(config) and shared_acks_cost_gaps(spec.broker_url)
+            ),
+            stranded_check_s=(
+                InstanceOptions.stranded_check_s
+                if config.subscription_type is not SubscriptionType.FAILOVER
+                or may_strand_take_overs(spec.broker_url)
+                else None
             ),
         )
         if spec.state is not None:

@@ -1,13 +1,20 @@
 """Magnetar's clients on each broker: the broker says what it is, and only pulsar-lite gets
-the consumer-id spread (Apache Pulsar tells consumers apart per connection) and the small
-prefetch of instances sharing a subscription."""
+the consumer-id spread (Apache Pulsar tells consumers apart per connection), its short
+operation timeout and the small prefetch of instances sharing a subscription."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+import uuid
+
+import pulsar
 import pytest
 
 from magnetar.broker_probe import server_version
-from magnetar.client import create_client, shared_acks_cost_gaps
+from magnetar.client import create_client, may_strand_take_overs, shared_acks_cost_gaps
 from tests.conftest import ApachePulsar, Broker
 
 pytestmark = pytest.mark.brokers("lite", "apache")
@@ -28,6 +35,10 @@ def test_only_pulsar_lite_costs_more_per_gap_in_a_shared_subscription(
     assert shared_acks_cost_gaps("pulsar://127.0.0.1:1") is False
 
 
+def test_only_apache_pulsar_may_leave_a_take_over_unsent(broker: Broker, broker_kind: str) -> None:
+    assert may_strand_take_overs(broker.service_url) is (broker_kind == "apache")
+
+
 def test_no_server_version_where_no_broker_answers() -> None:
     assert server_version("pulsar://127.0.0.1:1") is None
     assert server_version("pulsar+ssl://127.0.0.1:6651") is None
@@ -40,3 +51,38 @@ def test_clients_of_apache_pulsar_spread_no_consumer_ids(apache_pulsar: ApachePu
     for domain in ("persistent", "non-persistent"):
         topics = apache_pulsar.admin("GET", f"/admin/v2/{domain}/public/default").json()
         assert not [t for t in topics if SPREAD_TOPIC in t], topics
+
+
+PAUSE_S = 5.0
+"""Longer than pulsar-lite's operation timeout (3 s), as a long garbage collection may be."""
+
+
+@pytest.mark.brokers("apache")
+def test_a_client_of_apache_pulsar_waits_out_a_broker_pause(apache_pulsar: ApachePulsar) -> None:
+    """A producer asked for while the broker is paused is made once it resumes, as Apache
+    Pulsar's own instances (30 s) wait; with pulsar-lite's 3 s it failed with a timeout."""
+    pid = getattr(apache_pulsar, "pid", None)
+    if pid is None:
+        pytest.skip("pauses the broker: needs the Apache Pulsar standalone this run started")
+    client = create_client(apache_pulsar.service_url)
+    topic = f"paused-{uuid.uuid4().hex[:8]}"
+    try:
+        client.create_producer(f"{topic}-first").close()  # connected before the pause
+        resume = threading.Timer(PAUSE_S, os.kill, (pid, signal.SIGCONT))
+        os.kill(pid, signal.SIGSTOP)
+        resume.start()
+        try:
+            started = time.monotonic()
+            producer = client.create_producer(topic)
+            waited = time.monotonic() - started
+        finally:
+            resume.join()
+            os.kill(pid, signal.SIGCONT)
+        producer.send(b"after the pause")
+        consumer = client.subscribe(
+            topic, "check", initial_position=pulsar.InitialPosition.Earliest
+        )
+        assert consumer.receive(10_000).data() == b"after the pause"
+    finally:
+        client.close()
+    assert waited >= PAUSE_S - 0.5, f"the producer was made in {waited:.1f} s: no pause seen"
