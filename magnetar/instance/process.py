@@ -168,15 +168,10 @@ def run_instance_process(
     signal.signal(signal.SIGINT, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # what waited is handled now
 
-    from magnetar.client import (
-        create_client,
-        may_deduplicate,
-        may_strand_take_overs,
-        shared_acks_cost_gaps,
-    )
-    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees, SubscriptionType
+    from magnetar.client import create_client
+    from magnetar.instance.broker_options import for_broker
+    from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
     from magnetar.instance.instance import FunctionInstance, InstanceOptions
-    from magnetar.instance.subscription import instances_share
 
     log_format = f"%(asctime)s [instance {spec.instance_id}] %(levelname)s %(name)s: %(message)s"
     if spec.log_path is not None:
@@ -209,22 +204,8 @@ def run_instance_process(
             earlier_crashes=spec.earlier_crashes,
             publish_policy=spec.publish_policy,
             url_hosts=spec.url_hosts,
-            # asked of the broker only where it matters (a connection's round trip)
-            broker_may_deduplicate=(
-                may_deduplicate(spec.broker_url)
-                if config.processing_guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
-                else True
-            ),
-            shared_acks_cost_gaps=(
-                instances_share(config) and shared_acks_cost_gaps(spec.broker_url)
-            ),
-            stranded_check_s=(
-                InstanceOptions.stranded_check_s
-                if config.subscription_type is not SubscriptionType.FAILOVER
-                or may_strand_take_overs(spec.broker_url)
-                else None
-            ),
         )
+        options = for_broker(options, config, spec.broker_url)
         if spec.state is not None:
             from magnetar.statestore import JournaledStateStore
 

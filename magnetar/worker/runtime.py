@@ -47,6 +47,7 @@ import pulsar
 from magnetar.client import Connection, create_client
 from magnetar.instance import sandbox
 from magnetar.instance.archive import DEFAULT_ARCHIVE_LIMITS, ArchiveLimits
+from magnetar.instance.broker_options import for_broker
 from magnetar.instance.config import FunctionConfig, ProcessingGuarantees
 from magnetar.instance.exceptions import InstanceError
 from magnetar.instance.in_flight import InFlight, read_in_flight
@@ -882,11 +883,13 @@ class ThreadRuntime:
     def __init__(
         self,
         client: pulsar.Client,
+        broker_url: str,
         worker_id: str,
         state: StateLayout | None = None,
         archive_limits: ArchiveLimits = DEFAULT_ARCHIVE_LIMITS,
     ) -> None:
         self.client = client
+        self.broker_url = broker_url
         self.worker_id = worker_id
         self.state = state
         self.archive_limits = archive_limits
@@ -913,6 +916,7 @@ class ThreadRuntime:
             archive_limits=self.archive_limits,
             publish_policy=spec.publish_policy,
         )
+        options = for_broker(options, spec.config, self.broker_url)
         state = None
         if self.state is not None:
             state = JournaledStateStore(
@@ -982,5 +986,5 @@ def make_runtime(
     if name == "thread":
         if client is None:
             raise ValueError("the thread runtime needs the worker's pulsar client")
-        return ThreadRuntime(client, worker_id, state, archive_limits)
+        return ThreadRuntime(client, broker_url, worker_id, state, archive_limits)
     raise ValueError(f"unknown runtime {name!r}: choose one of {', '.join(RUNTIMES)}")

@@ -9,12 +9,15 @@ import signal
 import threading
 import time
 import uuid
+from typing import Any
 
 import pulsar
 import pytest
 
 from magnetar.broker_probe import server_version
-from magnetar.client import create_client, may_strand_take_overs, shared_acks_cost_gaps
+from magnetar.client import create_client, shared_acks_cost_gaps
+from magnetar.instance import FunctionConfig, InstanceOptions
+from magnetar.instance.broker_options import for_broker
 from tests.conftest import ApachePulsar, Broker
 
 pytestmark = pytest.mark.brokers("lite", "apache")
@@ -35,8 +38,20 @@ def test_only_pulsar_lite_costs_more_per_gap_in_a_shared_subscription(
     assert shared_acks_cost_gaps("pulsar://127.0.0.1:1") is False
 
 
-def test_only_apache_pulsar_may_leave_a_take_over_unsent(broker: Broker, broker_kind: str) -> None:
-    assert may_strand_take_overs(broker.service_url) is (broker_kind == "apache")
+def test_instances_are_set_up_for_their_broker(broker: Broker, broker_kind: str) -> None:
+    """Only pulsar-lite's shared subscriptions prefetch little and acknowledge at once; only
+    Apache Pulsar deduplicates EFFECTIVELY_ONCE outputs and has an ordered subscription's
+    instance ask for what a take-over left unsent."""
+    lite = broker_kind == "lite"
+
+    def options(**config: Any) -> InstanceOptions:
+        function = FunctionConfig(name="f", py="f.py", inputs=["in"], **config)
+        return for_broker(InstanceOptions(), function, broker.service_url)
+
+    assert options(parallelism=3).shared_acks_cost_gaps is lite
+    assert options(parallelism=1).shared_acks_cost_gaps is False
+    assert options(processing_guarantees="EFFECTIVELY_ONCE").broker_may_deduplicate is not lite
+    assert options(retain_ordering=True).stranded_check_s == (None if lite else 5.0)
 
 
 def test_no_server_version_where_no_broker_answers() -> None:

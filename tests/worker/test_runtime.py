@@ -282,11 +282,11 @@ def test_without_warm_processes_each_instance_starts_on_demand(
 
 
 def test_thread_runtime_runs_and_stops_an_instance(
-    client: pulsar.Client, start_manager: StartManager, topic: str
+    client: pulsar.Client, broker_url: str, start_manager: StartManager, topic: str
 ) -> None:
     config = function_config(**EXCLAMATION, inputs=[topic], output=f"{topic}-out")
     (key,) = specs = instance_specs(config)
-    manager = start_manager(ThreadRuntime(client, WORKER_ID))
+    manager = start_manager(ThreadRuntime(client, broker_url, WORKER_ID))
     manager.apply(specs)
     produce(client, topic, ["a", "b", "c"])
 
@@ -303,7 +303,7 @@ def test_thread_runtime_runs_and_stops_an_instance(
 
 
 def test_thread_runtime_runs_each_function_its_own_code_of_the_same_file_name(
-    client: pulsar.Client, start_manager: StartManager, topic: str, tmp_path: Path
+    client: pulsar.Client, broker_url: str, start_manager: StartManager, topic: str, tmp_path: Path
 ) -> None:
     """Two teams' ``shout.py`` in one worker process each run as written, and an update
     runs the new code (Python would hand both the module it imported first)."""
@@ -316,7 +316,7 @@ def test_thread_runtime_runs_each_function_its_own_code_of_the_same_file_name(
 
     team_a = function_config(py=shout("a", "A:"), inputs=[f"{topic}-a"], output=f"{topic}-out")
     team_b = function_config(py=shout("b", "B:"), inputs=[f"{topic}-b"], output=f"{topic}-out")
-    manager = start_manager(ThreadRuntime(client, WORKER_ID))
+    manager = start_manager(ThreadRuntime(client, broker_url, WORKER_ID))
     manager.apply({**instance_specs(team_a), **instance_specs(team_b)})
     produce(client, f"{topic}-a", ["x"])
     produce(client, f"{topic}-b", ["y"])
@@ -332,13 +332,13 @@ def test_thread_runtime_runs_each_function_its_own_code_of_the_same_file_name(
 
 
 def test_thread_runtime_refuses_javascript_functions_with_the_reason(
-    client: pulsar.Client, start_manager: StartManager, topic: str
+    client: pulsar.Client, broker_url: str, start_manager: StartManager, topic: str
 ) -> None:
     config = function_config(
         runtime="JAVASCRIPT", js=str(EXAMPLES / "exclamation.js"), inputs=[topic]
     )
     (key,) = specs = instance_specs(config)
-    manager = start_manager(ThreadRuntime(client, WORKER_ID))
+    manager = start_manager(ThreadRuntime(client, broker_url, WORKER_ID))
     manager.apply(specs)
 
     wait_for(lambda: (s := manager.status(key)) is not None and bool(s.error))
