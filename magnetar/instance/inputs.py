@@ -135,7 +135,7 @@ class Inputs:
         else:
             self._take(received, limit, poll_ms)
         if received and self._stranded is not None:
-            self._stranded.received()
+            self._stranded.received(received)
         if self._skip_before_ms:
             return self._skip_old(received)
         return received
@@ -208,7 +208,16 @@ class Inputs:
             return
         if holding or self._handed_back or len(self.retries):
             check.holding()
-        elif check.due():
+            return
+        left = check.left_unsent()
+        if left:
+            log.warning(
+                "%s: %d messages came once asked for: the broker had left them unsent after "
+                "a change of the subscription's active consumer",
+                self._config.fqfn,
+                left,
+            )
+        if check.due():
             log.debug("asking the broker for unacknowledged messages a take-over left unsent")
             for consumer in self.consumers:
                 consumer.redeliver_unacknowledged_messages()

@@ -21,22 +21,54 @@ the active one (it has no consumer event listener), which would say exactly when
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["StrandedCheck"]
 
+_SETTLED_S = 1.0
+"""What came because the instance asked is reported once nothing has come for this long."""
+
 
 class StrandedCheck:
-    """Says when an instance holding nothing should ask for what may have been left unsent."""
+    """Says when an instance holding nothing should ask for what may have been left unsent,
+    and counts what came because it asked."""
 
     def __init__(self, quiet_s: float) -> None:
         self._quiet_s = quiet_s
         self._wait_s = quiet_s
         self._since: float | None = None
         """When the instance last received or held a message; None before its first."""
+        self._received_ms = 0
+        """When it last received messages (ms since the epoch, as publish times are)."""
+        self._asked_before_ms: int | None = None
+        """Messages published before this came because the instance asked for them."""
+        self._left = 0
+        """How many came so, not yet reported."""
 
-    def received(self) -> None:
+    def received(self, messages: Sequence[tuple[Any, Any]]) -> None:
+        """The instance took ``messages`` (consumer, message pairs). Right after it asked,
+        those published before the last it took before asking are counted: the broker had
+        left them unsent while the instance waited (publish times, as the producers' clocks
+        say)."""
         self._since = time.monotonic()
         self._wait_s = self._quiet_s
+        asked_before, self._asked_before_ms = self._asked_before_ms, None
+        self._received_ms = int(time.time() * 1000)
+        if asked_before is None:
+            return
+        left = sum(1 for _, message in messages if message.publish_timestamp() < asked_before)
+        if left:  # more may follow in the next messages taken
+            self._left += left
+            self._asked_before_ms = asked_before
+
+    def left_unsent(self) -> int:
+        """How many came because the instance asked, once nothing has come for a moment;
+        each is reported once."""
+        if not self._left or self._since is None or time.monotonic() - self._since < _SETTLED_S:
+            return 0
+        left, self._left = self._left, 0
+        return left
 
     def holding(self) -> None:
         """The instance holds messages (unacknowledged, or being processed): its
@@ -50,4 +82,5 @@ class StrandedCheck:
             return False
         self._since = time.monotonic()
         self._wait_s *= 2
+        self._asked_before_ms = self._received_ms
         return True

@@ -248,7 +248,7 @@ the broker sent and what the instance asked for are told apart."""
 
 @pytest.mark.brokers("apache")
 def test_what_a_take_over_left_unsent_is_asked_for(
-    reordering_pulsar: ApachePulsarStandalone, topic: str
+    reordering_pulsar: ApachePulsarStandalone, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The active consumer leaves holding inputs it never acknowledged. Before the broker's
     delayed rewind, its check for stuck subscriptions hands the instance the inputs after
@@ -260,12 +260,15 @@ def test_what_a_take_over_left_unsent_is_asked_for(
     )
     try:
         for attempt in range(TAKE_OVERS):
-            handed, outputs = take_over(client, reordering_pulsar, f"{topic}-{attempt}")
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="magnetar.instance.inputs"):
+                handed, outputs = take_over(client, reordering_pulsar, f"{topic}-{attempt}")
             missing = sorted({f"v{i}!" for i in range(50)} - set(outputs))
             assert not missing, f"{len(missing)} inputs never handed to the instance: {missing}"
             twice = sorted(v for v, n in Counter(outputs).items() if n > 1)
             assert not twice, f"asked for, the broker sent acknowledged inputs again: {twice}"
             if handed < 50:
+                assert f"{50 - handed} messages came once asked for" in caplog.text
                 break
         else:
             pytest.fail(f"the broker left nothing unsent in {TAKE_OVERS} take-overs")
