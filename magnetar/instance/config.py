@@ -285,6 +285,12 @@ class FunctionConfig(_Model):
         return self.sub_name or self.fqfn
 
     @property
+    def acks_automatically(self) -> bool:
+        """Whether the instance acknowledges every input itself (on receipt, or once
+        processed), not the function (``MANUAL``, ``autoAck`` false)."""
+        return self.auto_ack and self.processing_guarantees is not ProcessingGuarantees.MANUAL
+
+    @property
     def subscription_type(self) -> SubscriptionType:
         if self.retain_key_ordering:
             return SubscriptionType.KEY_SHARED

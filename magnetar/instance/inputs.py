@@ -17,7 +17,7 @@ from magnetar.instance.config import FunctionConfig, SubscriptionType
 from magnetar.instance.options import InstanceOptions
 from magnetar.instance.repeats import RepeatFilter
 from magnetar.instance.retries import Received, RetryQueue
-from magnetar.instance.stranded import StrandedCheck
+from magnetar.instance.stranded import stranded_check
 from magnetar.instance.subscription import open_consumers
 
 __all__ = ["Inputs"]
@@ -70,12 +70,7 @@ class Inputs:
             if config.subscription_type is SubscriptionType.FAILOVER
             else None
         )
-        self._stranded = (
-            StrandedCheck(options.stranded_check_s)
-            if config.subscription_type is SubscriptionType.FAILOVER
-            and options.stranded_check_s is not None
-            else None
-        )
+        self._stranded = stranded_check(config, options)
 
     def subscribe(self) -> None:
         if self._repeats is not None:

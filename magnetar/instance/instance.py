@@ -195,13 +195,12 @@ class FunctionInstance:
     def _open(self) -> None:
         config, options = self.config, self.options
         guarantees = config.processing_guarantees
-        auto_ack = config.auto_ack and guarantees is not ProcessingGuarantees.MANUAL
         at_most_once = guarantees is ProcessingGuarantees.ATMOST_ONCE
         effectively_once = guarantees is ProcessingGuarantees.EFFECTIVELY_ONCE
         redeliveries = RedeliveryFilter() if effectively_once else None
         acking = Acking(
             on_receipt=at_most_once,
-            after_processing=auto_ack and not at_most_once,
+            after_processing=config.acks_automatically and not at_most_once,
             redeliveries=redeliveries,
         )
         ordering = _ORDERING[config.subscription_type]

@@ -48,10 +48,11 @@ class InstanceOptions:
     max_retry_delay_ms: int = 60_000
     """Longest wait between two attempts at a failing message."""
     stranded_check_s: float | None = 5.0
-    """On an ordered (Failover) subscription: once the instance has held and received nothing
-    this long, it asks the broker to send what is unacknowledged again, what a take-over left
-    unsent included (see ``stranded``); then after twice as long, and so on. None: never
-    (pulsar-lite, which rewinds a take-over itself, ignores the request)."""
+    """On an ordered (Failover) subscription whose inputs the instance acknowledges itself:
+    once it has held and received nothing this long, it asks the broker to send what is
+    unacknowledged again, what a take-over left unsent included (see ``stranded``); then after
+    twice as long, and so on. None: never (pulsar-lite, which rewinds a take-over itself,
+    ignores the request)."""
     poll_interval_ms: int = 100
     """Longest wait for input before the instance checks for stop and acks."""
     metrics_interval_s: float = 2.0

@@ -16,6 +16,10 @@ the broker has rewound to where it was. It asks again after twice as long, and s
 nothing comes, since the take-over may come later (and a request that comes before the
 broker's delayed rewind is ignored). The Python client does not tell a consumer that it became
 the active one (it has no consumer event listener), which would say exactly when to ask.
+
+Only an instance that acknowledges every input itself asks, and not one that holds inputs in
+windows: what a function leaves unacknowledged on purpose (``MANUAL``, ``autoAck`` false), or
+a window holds until it fires, would come again at every request.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["StrandedCheck"]
+from magnetar.instance.config import FunctionConfig, SubscriptionType
+from magnetar.instance.options import InstanceOptions
+
+__all__ = ["StrandedCheck", "stranded_check"]
 
 _SETTLED_S = 1.0
 """What came because the instance asked is reported once nothing has come for this long."""
@@ -84,3 +91,15 @@ class StrandedCheck:
         self._wait_s *= 2
         self._asked_before_ms = self._received_ms
         return True
+
+
+def stranded_check(config: FunctionConfig, options: InstanceOptions) -> StrandedCheck | None:
+    """The check for an instance of ``config``, if it is one that asks (see the module doc)."""
+    if (
+        options.stranded_check_s is None
+        or config.subscription_type is not SubscriptionType.FAILOVER
+        or not config.acks_automatically
+        or config.window_config is not None
+    ):
+        return None
+    return StrandedCheck(options.stranded_check_s)

@@ -1,13 +1,14 @@
 """When an instance on an ordered subscription asks for what a take-over left unsent: only
 after it received something, once it has held nothing for the quiet time, then after twice
-as long each time nothing comes; and what came because it asked."""
+as long each time nothing comes; and what came because it asked. Only instances that
+acknowledge every input themselves ask."""
 
 from __future__ import annotations
 
 import pytest
 
-from magnetar.instance import stranded
-from magnetar.instance.stranded import StrandedCheck
+from magnetar.instance import FunctionConfig, InstanceOptions, stranded
+from magnetar.instance.stranded import StrandedCheck, stranded_check
 
 
 class Clock:
@@ -93,3 +94,24 @@ def test_it_reports_once_what_came_because_it_asked(clock: Clock) -> None:
     check.received(published(clock, 9))  # counted only right after an ask
     clock.now += 1
     assert check.left_unsent() == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "asks"),
+    [
+        ({"retain_ordering": True}, True),
+        ({"processing_guarantees": "EFFECTIVELY_ONCE"}, True),
+        ({"retain_ordering": True, "processing_guarantees": "ATMOST_ONCE"}, True),
+        ({}, False),  # Shared: no take-over
+        ({"retain_ordering": True, "processing_guarantees": "MANUAL"}, False),
+        ({"retain_ordering": True, "auto_ack": False}, False),
+        ({"retain_ordering": True, "window_config": {"windowLengthCount": 3}}, False),
+    ],
+)
+def test_only_instances_that_acknowledge_every_input_themselves_ask(
+    settings: dict[str, object], asks: bool
+) -> None:
+    """What a function leaves unacknowledged, or a window holds, would come again."""
+    config = FunctionConfig(name="f", py="f.py", inputs=["in"], **settings)
+    assert (stranded_check(config, InstanceOptions()) is not None) is asks
+    assert stranded_check(config, InstanceOptions(stranded_check_s=None)) is None
