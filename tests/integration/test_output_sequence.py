@@ -251,10 +251,11 @@ def test_what_a_take_over_left_unsent_is_asked_for(
     reordering_pulsar: ApachePulsarStandalone, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The active consumer leaves holding inputs it never acknowledged. Before the broker's
-    delayed rewind, its check for stuck subscriptions hands the instance the inputs after
-    them, and the instance, done with those, waits for more at the end of the topic. The
-    rewind does not cancel that wait (Apache Pulsar 4.2.4), and no more inputs come. The
-    instance, holding nothing, asks: every input has its output."""
+    delayed rewind, the broker hands the instance the inputs after them (it reads for the
+    new active consumer without waiting for the rewind), and the instance, done with those,
+    waits for more at the end of the topic. The rewind does not cancel that wait (Apache
+    Pulsar 4.2.4), and no more inputs come. The instance, holding nothing, asks: every input
+    has its output."""
     client = pulsar.Client(
         reordering_pulsar.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
     )
