@@ -54,7 +54,6 @@ SLOW = """
 
 VICTIM = """
 import sys, time, pulsar
-from magnetar.client import newest_first
 from magnetar.instance import FunctionConfig, FunctionInstance, InstanceOptions
 url, code, topic, output, name = sys.argv[1:]
 client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))

@@ -12,15 +12,15 @@ from magnetar.instance.stranded import StrandedCheck, stranded_check
 
 
 class Clock:
-    """Both of the module's clocks, seconds: the wall clock is the monotonic one + 1e9."""
+    """The module's ``time``, seconds: its wall clock is the monotonic one + 1e9."""
 
     def __init__(self) -> None:
         self.now = 1000.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         return self.now
 
-    def wall(self) -> float:
+    def time(self) -> float:
         return self.now + 1e9
 
 
@@ -34,14 +34,13 @@ class Message:
 
 def published(clock: Clock, *ages_s: float) -> list[tuple[None, Message]]:
     """Messages as an instance takes them, published these many seconds ago."""
-    return [(None, Message(clock.wall() - age)) for age in ages_s]
+    return [(None, Message(clock.time() - age)) for age in ages_s]
 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(stranded.time, "monotonic", clock)
-    monkeypatch.setattr(stranded.time, "time", clock.wall)
+    monkeypatch.setattr(stranded, "time", clock)
     return clock
 
 
