@@ -97,6 +97,8 @@ def pid_exists(pid: int) -> bool:
     try:
         # an orphan's zombie lingers until init reaps it; the state follows the "(name)"
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except ProcessLookupError:  # it ended between the signal and the read
+        return False
     except (FileNotFoundError, IndexError):
         return stat.parent.exists()
 
