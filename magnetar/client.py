@@ -57,7 +57,6 @@ __all__ = [
     "client_logger",
     "create_client",
     "may_deduplicate",
-    "may_strand_take_overs",
     "newest_first",
     "open_reader",
     "subscribe",
@@ -188,17 +187,6 @@ def _needs_id_spread(service_url: str) -> bool:
 def may_deduplicate(service_url: str) -> bool:
     """Whether the broker may drop messages by their producer's sequence ids: any broker but
     pulsar-lite, which has no deduplication."""
-    return _may_not_be_pulsar_lite(service_url)
-
-
-def may_strand_take_overs(service_url: str) -> bool:
-    """Whether a Failover take-over may leave what the previous consumer held unsent until
-    the new one asks (see ``instance.stranded``): any broker but pulsar-lite, which rewinds a
-    take-over itself and ignores the request."""
-    return _may_not_be_pulsar_lite(service_url)
-
-
-def _may_not_be_pulsar_lite(service_url: str) -> bool:
     try:
         version = server_version(service_url)
     except ValueError:
