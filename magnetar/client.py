@@ -56,7 +56,6 @@ __all__ = [
     "Connection",
     "client_logger",
     "create_client",
-    "may_deduplicate",
     "newest_first",
     "open_reader",
     "subscribe",
@@ -182,16 +181,6 @@ def _needs_id_spread(service_url: str) -> bool:
     except ValueError:  # a URL the client itself will refuse, with its own message
         return False
     return version is None or _is_pulsar_lite(version)
-
-
-def may_deduplicate(service_url: str) -> bool:
-    """Whether the broker may drop messages by their producer's sequence ids: any broker but
-    pulsar-lite, which has no deduplication."""
-    try:
-        version = server_version(service_url)
-    except ValueError:
-        return True
-    return version is None or not _is_pulsar_lite(version)
 
 
 def shared_acks_cost_gaps(service_url: str) -> bool:
